@@ -1,0 +1,3 @@
+module hushfs
+
+go 1.26.8
