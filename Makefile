@@ -1,0 +1,33 @@
+# hushfs: the two entry points are `make demo` (the main job) and `make test`.
+# Both install what they need first (scripts/install-deps.sh is idempotent).
+GO ?= go
+FUZZTIME ?= 5s
+
+.PHONY: build deps demo test test-go fuzz-short vet bench clean
+
+build:
+	$(GO) build -o bin/hushfs ./cmd/hushfs
+
+deps:
+	scripts/install-deps.sh
+
+demo: deps build
+	scripts/demo.sh
+
+vet:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+test-go:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+fuzz-short:
+	FUZZTIME=$(FUZZTIME) scripts/fuzz-short.sh
+
+test: deps vet test-go fuzz-short
+
+bench: deps build
+	bench/run
+
+clean:
+	rm -rf bin

@@ -1,0 +1,49 @@
+// Command hushfs is an NFS client (FUSE) and server. This file only
+// dispatches subcommands; each lives in its own file.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+)
+
+type command struct {
+	run     func(args []string) error
+	summary string
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"serve": {runServe, "serve DIR: export a local directory over NFSv3 + MOUNT"},
+		"proxy": {runProxy, "proxy --listen A --target B [--rtt D]: latency and RPC-counting proxy"},
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: hushfs COMMAND [ARGS]")
+	for name, c := range commands() {
+		fmt.Fprintf(os.Stderr, "  %-8s %s\n", name, c.summary)
+	}
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	c, ok := commands()[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "hushfs: unknown command %q\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	if err := c.run(os.Args[2:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "hushfs %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what hushfs's tests and benchmarks need on Debian bookworm.
+# Idempotent: packages already present are not fetched again.
+set -euo pipefail
+pkgs=(nfs-ganesha nfs-ganesha-vfs libnfs-utils fuse3 tshark rpcbind iproute2 util-linux)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# The host must not run rpcbind or ganesha: tests start their own inside private
+# network namespaces. Debian's packages start them on install; stop them if they did.
+for svc in nfs-ganesha rpcbind.socket rpcbind; do
+  if command -v systemctl >/dev/null && systemctl is-active --quiet "$svc" 2>/dev/null; then
+    systemctl stop "$svc" || true
+  fi
+done
+cd "$(dirname "$0")/.."
+go mod download
