@@ -10,7 +10,12 @@
 //     that buffer does;
 //   - filenames and paths are opaque bytes, never checked for a character set;
 //   - a result type carries the fields of both arms of its union; only those
-//     of the arm selected by Status are encoded or decoded.
+//     of the arm selected by Status are encoded or decoded;
+//   - Decode overwrites the whole receiver, zeroing the fields the message
+//     does not carry, so one value can be reused for many messages; list
+//     slices keep and reuse their storage;
+//   - lists are decoded with their length checked against the bytes left,
+//     so hostile input costs at most allocations proportional to its size.
 package nfs3
 
 import "hushfs/internal/xdr"
@@ -263,7 +268,7 @@ func (p *PostOpAttr) Append(b []byte) []byte {
 
 // Decode decodes the optional attributes.
 func (p *PostOpAttr) Decode(d *xdr.Decoder) {
-	p.Present = d.Bool()
+	*p = PostOpAttr{Present: d.Bool()}
 	if p.Present {
 		p.Attr.Decode(d)
 	}
@@ -288,7 +293,7 @@ func (p *PreOpAttr) Append(b []byte) []byte {
 
 // Decode decodes the optional pre-operation attributes.
 func (p *PreOpAttr) Decode(d *xdr.Decoder) {
-	p.Present = d.Bool()
+	*p = PreOpAttr{Present: d.Bool()}
 	if p.Present {
 		p.Attr.Size = d.Uint64()
 		p.Attr.Mtime.Decode(d)
@@ -331,7 +336,7 @@ func (p *PostOpFH) Append(b []byte) []byte {
 
 // Decode decodes the optional handle.
 func (p *PostOpFH) Decode(d *xdr.Decoder) {
-	p.Present = d.Bool()
+	*p = PostOpFH{Present: d.Bool()}
 	if p.Present {
 		p.FH.Decode(d)
 	}
@@ -389,6 +394,7 @@ func (s *Sattr) Append(b []byte) []byte {
 
 // Decode decodes settable attributes; an unknown time_how is an error.
 func (s *Sattr) Decode(d *xdr.Decoder) {
+	*s = Sattr{}
 	if s.SetMode = d.Bool(); s.SetMode {
 		s.Mode = d.Uint32()
 	}
@@ -406,7 +412,7 @@ func (s *Sattr) Decode(d *xdr.Decoder) {
 }
 
 func (t *SetTime) decode(d *xdr.Decoder) {
-	t.How = TimeHow(d.Uint32())
+	*t = SetTime{How: TimeHow(d.Uint32())}
 	switch t.How {
 	case DontChange, SetToServerTime:
 	case SetToClientTime:
