@@ -1,0 +1,174 @@
+package proxy
+
+import (
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"hushfs/internal/nfs3"
+)
+
+// ProcKey names an RPC procedure.
+type ProcKey struct{ Prog, Vers, Proc uint32 }
+
+// MarshalText renders the key as "prog/vers/proc", e.g. "100003/3/7", so
+// that Counts.Calls is a JSON object that shell scripts can index.
+func (k ProcKey) MarshalText() ([]byte, error) {
+	return fmt.Appendf(nil, "%d/%d/%d", k.Prog, k.Vers, k.Proc), nil
+}
+
+// UnmarshalText parses the form written by MarshalText.
+func (k *ProcKey) UnmarshalText(b []byte) error {
+	parts := strings.Split(string(b), "/")
+	if len(parts) != 3 {
+		return fmt.Errorf("proxy: bad procedure key %q: want prog/vers/proc", b)
+	}
+	var v [3]uint32
+	for i, s := range parts {
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return fmt.Errorf("proxy: bad procedure key %q: %w", b, err)
+		}
+		v[i] = uint32(n)
+	}
+	*k = ProcKey{v[0], v[1], v[2]}
+	return nil
+}
+
+func (k ProcKey) String() string {
+	b, _ := k.MarshalText()
+	return string(b)
+}
+
+// NFS3 returns the key of NFSv3 procedure proc.
+func NFS3(proc uint32) ProcKey { return ProcKey{nfs3.Program, nfs3.Version, proc} }
+
+// Counts is a snapshot of what the proxy has seen since it started or was
+// last reset. Call-side figures are taken as bytes arrive from the client,
+// before the added delay; reply-side figures as bytes arrive from the
+// target.
+type Counts struct {
+	// Calls counts RPC calls whose header (through the verifier) parsed,
+	// by program, version and procedure.
+	Calls map[ProcKey]uint64 `json:"calls"`
+	// Replies counts records from the target whose msg_type is REPLY.
+	Replies uint64 `json:"replies"`
+	// WriteStable counts NFSv3 WRITE calls by their stable_how argument
+	// (nfs3.Unstable, nfs3.DataSync, nfs3.FileSync, or whatever else a
+	// client sent).
+	// A WRITE whose arguments are cut short (or whose file handle is
+	// longer than 64 bytes) is in Calls but not here.
+	WriteStable map[uint32]uint64 `json:"write_stable"`
+	// Commits counts NFSv3 COMMIT calls (equal to Calls[NFS3(21)]; kept
+	// separately for scripts).
+	Commits uint64 `json:"commits"`
+	// UnparsedCalls counts records from clients that are not RPC calls
+	// (wrong msg_type or RPC version, oversized credential, or too short
+	// to hold a call header). They are forwarded unchanged all the same.
+	UnparsedCalls uint64 `json:"unparsed_calls"`
+	// UnparsedReplies counts records from the target that are not replies.
+	UnparsedReplies uint64 `json:"unparsed_replies"`
+	// BytesIn counts bytes read from clients (for the target), BytesOut
+	// bytes read from the target (for clients). Like the record counts
+	// they are taken on arrival, before the delay.
+	BytesIn  uint64 `json:"bytes_in"`
+	BytesOut uint64 `json:"bytes_out"`
+	// Conns counts accepted client connections; DialErrors those of them
+	// that were closed because the target could not be reached.
+	Conns      uint64 `json:"conns"`
+	DialErrors uint64 `json:"dial_errors"`
+}
+
+// NFS3 returns the number of NFSv3 calls of procedure proc.
+func (c Counts) NFS3(proc uint32) uint64 { return c.Calls[NFS3(proc)] }
+
+// counters is the proxy's live state behind Counts. Record events take the
+// mutex (at most a few per record); byte counts, updated per read, are
+// atomic.
+type counters struct {
+	mu              sync.Mutex
+	calls           map[ProcKey]uint64
+	writeStable     map[uint32]uint64
+	replies         uint64
+	unparsedCalls   uint64
+	unparsedReplies uint64
+	conns           uint64
+	dialErrors      uint64
+
+	bytesIn, bytesOut atomic.Uint64
+}
+
+func newCounters() *counters {
+	return &counters{calls: map[ProcKey]uint64{}, writeStable: map[uint32]uint64{}}
+}
+
+func (c *counters) call(k ProcKey) {
+	c.mu.Lock()
+	c.calls[k]++
+	c.mu.Unlock()
+}
+
+func (c *counters) stable(how uint32) {
+	c.mu.Lock()
+	c.writeStable[how]++
+	c.mu.Unlock()
+}
+
+func (c *counters) reply() {
+	c.mu.Lock()
+	c.replies++
+	c.mu.Unlock()
+}
+
+func (c *counters) unparsed(callSide bool) {
+	c.mu.Lock()
+	if callSide {
+		c.unparsedCalls++
+	} else {
+		c.unparsedReplies++
+	}
+	c.mu.Unlock()
+}
+
+func (c *counters) conn() {
+	c.mu.Lock()
+	c.conns++
+	c.mu.Unlock()
+}
+
+func (c *counters) dialError() {
+	c.mu.Lock()
+	c.dialErrors++
+	c.mu.Unlock()
+}
+
+// snapshot copies the counters, zeroing them when reset is set; with reset
+// no event is lost between the copy and the zeroing.
+func (c *counters) snapshot(reset bool) Counts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Counts{
+		Calls:           maps.Clone(c.calls),
+		Replies:         c.replies,
+		WriteStable:     maps.Clone(c.writeStable),
+		Commits:         c.calls[NFS3(nfs3.ProcCommit)],
+		UnparsedCalls:   c.unparsedCalls,
+		UnparsedReplies: c.unparsedReplies,
+		Conns:           c.conns,
+		DialErrors:      c.dialErrors,
+	}
+	if reset {
+		s.BytesIn = c.bytesIn.Swap(0)
+		s.BytesOut = c.bytesOut.Swap(0)
+		c.calls = map[ProcKey]uint64{}
+		c.writeStable = map[uint32]uint64{}
+		c.replies, c.unparsedCalls, c.unparsedReplies, c.conns, c.dialErrors = 0, 0, 0, 0, 0
+	} else {
+		s.BytesIn = c.bytesIn.Load()
+		s.BytesOut = c.bytesOut.Load()
+	}
+	return s
+}
