@@ -1,0 +1,156 @@
+package client
+
+import (
+	"syscall"
+	"time"
+
+	"hushfs/internal/nfs3"
+)
+
+// Timespec is a time as the kernel takes it.
+type Timespec struct {
+	Sec  int64
+	Nsec uint32
+}
+
+// Attr is a file's attributes in the form the kernel takes them.
+type Attr struct {
+	Ino    uint64 // the server's fileid, so ls -i and find's cycle checks work
+	Mode   uint32 // file type (S_IF*) and permission bits
+	Nlink  uint32
+	UID    uint32
+	GID    uint32
+	Size   uint64
+	Blocks uint64 // 512-byte blocks
+	Rdev   uint32
+	Atime  Timespec
+	Mtime  Timespec
+	Ctime  Timespec
+}
+
+var typeBits = map[nfs3.Ftype]uint32{
+	nfs3.TypeReg: syscall.S_IFREG, nfs3.TypeDir: syscall.S_IFDIR, nfs3.TypeBlk: syscall.S_IFBLK,
+	nfs3.TypeChr: syscall.S_IFCHR, nfs3.TypeLnk: syscall.S_IFLNK, nfs3.TypeSock: syscall.S_IFSOCK,
+	nfs3.TypeFifo: syscall.S_IFIFO,
+}
+
+func attrFromNFS(a *nfs3.Fattr) Attr {
+	return Attr{
+		Ino:    a.Fileid,
+		Mode:   typeBits[a.Type] | a.Mode&07777,
+		Nlink:  a.Nlink,
+		UID:    a.UID,
+		GID:    a.GID,
+		Size:   a.Size,
+		Blocks: (a.Used + 511) / 512,
+		Rdev:   uint32(a.Rdev.Major&0xfff)<<8 | a.Rdev.Minor&0xff | (a.Rdev.Minor&^0xff)<<12,
+		Atime:  Timespec{int64(a.Atime.Seconds), a.Atime.Nseconds},
+		Mtime:  Timespec{int64(a.Mtime.Seconds), a.Mtime.Nseconds},
+		Ctime:  Timespec{int64(a.Ctime.Seconds), a.Ctime.Nseconds},
+	}
+}
+
+// IsDir reports whether the attributes are a directory's.
+func (a *Attr) IsDir() bool { return a.Mode&syscall.S_IFMT == syscall.S_IFDIR }
+
+// sameChange reports whether two attribute sets show the same version of
+// the file's data and metadata.
+func sameChange(a, b *nfs3.Fattr) bool {
+	return a.Size == b.Size && a.Mtime == b.Mtime && a.Ctime == b.Ctime
+}
+
+// timeoBounds returns the attribute cache lifetime bounds for a file type.
+func (fs *FS) timeoBounds(t nfs3.Ftype) (min, max time.Duration) {
+	if fs.opts.NoAC {
+		return 0, 0
+	}
+	if t == nfs3.TypeDir {
+		return fs.opts.AcDirMin, fs.opts.AcDirMax
+	}
+	return fs.opts.AcRegMin, fs.opts.AcRegMax
+}
+
+// applyAttrLocked records attributes fetched by an RPC sent at 'at'. The
+// lifetime doubles while the file stays unchanged and drops back to the
+// minimum when it changes, as nfs(5) describes. Cached data stays valid only
+// while mtime and size are those it was read at.
+//
+// LOCKS_REQUIRED(n.mu)
+func (fs *FS) applyAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
+	if n.attrValid && at.Before(n.attrTime) {
+		return // a reply older than what we have
+	}
+	lo, hi := fs.timeoBounds(a.Type)
+	switch {
+	case !n.attrValid || !sameChange(&n.attr, a):
+		n.attrTimeo = lo
+	default:
+		n.attrTimeo *= 2
+		if n.attrTimeo < lo {
+			n.attrTimeo = lo
+		}
+		if n.attrTimeo > hi {
+			n.attrTimeo = hi
+		}
+	}
+	n.attr = *a
+	n.attrValid = true
+	n.attrTime = at
+	if n.dataValid && (n.dataMtime != a.Mtime || n.dataSize != a.Size) {
+		n.dataValid = false
+	}
+}
+
+// applyAttr is applyAttrLocked taking the node's lock.
+func (fs *FS) applyAttr(n *inode, p *nfs3.PostOpAttr, at time.Time) {
+	if !p.Present {
+		return
+	}
+	n.mu.Lock()
+	fs.applyAttrLocked(n, &p.Attr, at)
+	n.mu.Unlock()
+}
+
+// applyWcc records the weak cache consistency data of a modifying reply.
+// When the pre-operation attributes equal what we had cached, the change was
+// ours alone, so cached data (pages, directory listings) stays valid.
+func (fs *FS) applyWcc(n *inode, w *nfs3.WccData, at time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ours := w.Before.Present && n.attrValid &&
+		n.attr.Size == w.Before.Attr.Size && n.attr.Mtime == w.Before.Attr.Mtime &&
+		n.attr.Ctime == w.Before.Attr.Ctime
+	if !w.After.Present {
+		n.attrValid = false
+		return
+	}
+	wasValid := n.dataValid
+	fs.applyAttrLocked(n, &w.After.Attr, at)
+	if ours && wasValid {
+		n.dataValid = true
+		n.dataMtime = w.After.Attr.Mtime
+		n.dataSize = w.After.Attr.Size
+	}
+}
+
+// invalidateAttr makes the next getattr go to the server.
+func (n *inode) invalidateAttr() {
+	n.mu.Lock()
+	n.attrValid = false
+	n.mu.Unlock()
+}
+
+// cachedAttrLocked returns the cached attributes and their remaining
+// lifetime, if still valid at now.
+//
+// LOCKS_REQUIRED(n.mu)
+func (n *inode) cachedAttrLocked(now time.Time) (nfs3.Fattr, time.Duration, bool) {
+	if !n.attrValid {
+		return nfs3.Fattr{}, 0, false
+	}
+	left := n.attrTime.Add(n.attrTimeo).Sub(now)
+	if left <= 0 {
+		return nfs3.Fattr{}, 0, false
+	}
+	return n.attr, left, true
+}

@@ -1,0 +1,224 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"hushfs/internal/nfs3"
+)
+
+// DirEntry is one directory entry as the kernel's readdir takes it.
+type DirEntry struct {
+	Name   string
+	Ino    uint64 // the server's fileid
+	Mode   uint32 // file type bits (S_IF*) when known, else 0
+	Cookie uint64 // where a listing resumes after this entry
+	// Entry is filled by a plus listing (READDIRPLUS) with a referenced
+	// node; Entry.Node is 0 when the server sent no handle or attributes.
+	Entry Entry
+}
+
+// plusData is what READDIRPLUS told us of an entry.
+type plusData struct {
+	fh   nfs3.FH
+	attr nfs3.Fattr
+	at   time.Time
+}
+
+// openDir is one open directory stream: where its reader stands.
+// Continuing a listing always continues from the reader's cookie.
+type openDir struct {
+	id   uint64
+	node *inode
+
+	mu sync.Mutex
+	// GUARDED_BY(mu)
+	verf    nfs3.Verf
+	buf     []DirEntry // fetched, not yet returned
+	plusBuf []plusData // parallel to buf in a plus listing (nil fh: none)
+	next    uint64     // cookie the first entry of buf follows; the reader's position
+	eof     bool       // the server said the directory ends after buf
+	plus    bool       // buf came from READDIRPLUS
+	seen    map[string]struct{}
+}
+
+// OpenDir opens a directory stream.
+func (fs *FS) OpenDir(ctx context.Context, c *Cred, id NodeID) (uint64, error) {
+	n, err := fs.node(id)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := fs.attrOrFetch(ctx, c, n); err != nil {
+		return 0, err
+	}
+	fs.nodes.open(n)
+	d := &openDir{node: n, seen: map[string]struct{}{}}
+	fs.openMu.Lock()
+	d.id = fs.nextOpen
+	fs.nextOpen++
+	fs.dirs[d.id] = d
+	fs.openMu.Unlock()
+	return d.id, nil
+}
+
+// ReleaseDir closes a directory stream.
+func (fs *FS) ReleaseDir(dh uint64) {
+	fs.openMu.Lock()
+	d := fs.dirs[dh]
+	delete(fs.dirs, dh)
+	fs.openMu.Unlock()
+	if d != nil {
+		fs.nodes.close(d.node)
+	}
+}
+
+// ReadDir lists the directory from offset (0, or the Cookie of the last
+// entry the reader consumed), calling emit for each entry until emit returns
+// false (the reader's buffer is full) or the directory ends. With plus,
+// entries carry referenced nodes and attributes (READDIRPLUS), so the kernel
+// needs no LOOKUP or GETATTR for them.
+func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, plus bool, emit func(*DirEntry) bool) error {
+	fs.openMu.Lock()
+	d := fs.dirs[dh]
+	fs.openMu.Unlock()
+	if d == nil {
+		return syscall.EBADF
+	}
+	plus = plus && fs.opts.RdirPlus
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if offset != d.next || plus != d.plus {
+		// The reader moved (seekdir, or a new pass from 0): drop what was
+		// buffered and continue from where it says.
+		d.buf, d.plusBuf, d.eof, d.next, d.plus = nil, nil, false, offset, plus
+		if offset == 0 {
+			clear(d.seen)
+		}
+	}
+	for {
+		for len(d.buf) > 0 {
+			e := &d.buf[0]
+			var n *inode
+			if d.plus && d.plusBuf[0].fh != nil {
+				n = fs.plusEntry(d.node, e, &d.plusBuf[0])
+			}
+			if !emit(e) {
+				if n != nil {
+					fs.nodes.forget(n.id, 1)
+				}
+				return nil
+			}
+			d.seen[e.Name] = struct{}{}
+			d.next = e.Cookie
+			d.buf = d.buf[1:]
+			if d.plus {
+				d.plusBuf = d.plusBuf[1:]
+			}
+		}
+		if d.eof {
+			return nil
+		}
+		from := d.next
+		if err := fs.fetchDir(ctx, c, d); err != nil {
+			return err
+		}
+		if len(d.buf) == 0 && !d.eof && d.next == from {
+			// No entries, no end and no progress: asking again would loop.
+			return fmt.Errorf("READDIR at cookie %d: server returned nothing and no EOF: %w", from, nfs3.ErrIO)
+		}
+	}
+}
+
+// plusEntry turns READDIRPLUS data into a referenced node in e.Entry.
+func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData) *inode {
+	n := fs.nodes.ref(p.fh)
+	n.mu.Lock()
+	fs.applyAttrLocked(n, &p.attr, p.at)
+	if p.attr.Type == nfs3.TypeDir && e.Name != ".." && e.Name != "." {
+		n.parent = dir.id
+	}
+	n.mu.Unlock()
+	if e.Name != "." && e.Name != ".." {
+		rememberChild(dir, e.Name, n.id)
+	}
+	e.Entry = fs.entryFor(n, &p.attr, dir)
+	return n
+}
+
+// fetchDir reads the next batch of entries after d.next into d.buf. A
+// cookie the server no longer honours restarts the listing from the
+// beginning, skipping names this reader has already been given.
+//
+// LOCKS_REQUIRED(d.mu)
+func (fs *FS) fetchDir(ctx context.Context, c *Cred, d *openDir) error {
+	for restarted := false; ; restarted = true {
+		err := fs.readdirRPC(ctx, c, d)
+		if err != nfs3.ErrBadCookie || restarted {
+			return err
+		}
+		d.next, d.verf = 0, nfs3.Verf{}
+		d.buf, d.plusBuf = nil, nil
+	}
+}
+
+// readdirRPC sends one READDIR or READDIRPLUS from d.next.
+//
+// LOCKS_REQUIRED(d.mu)
+func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir) error {
+	dir := d.node
+	at := fs.now()
+	skip := d.next == 0 && len(d.seen) > 0 // a restarted listing
+	add := func(name []byte, fileid, cookie uint64) bool {
+		if skip {
+			if _, dup := d.seen[string(name)]; dup {
+				d.next = cookie
+				return false
+			}
+		}
+		d.buf = append(d.buf, DirEntry{Name: string(name), Ino: fileid, Cookie: cookie})
+		return true
+	}
+	if d.plus {
+		args := nfs3.ReaddirplusArgs{Dir: dir.fh, Cookie: d.next, CookieVerf: d.verf, DirCount: fs.dtpref, MaxCount: fs.rsize}
+		var res nfs3.ReaddirplusRes
+		if err := fs.call(ctx, c, nfs3.ProcReaddirplus, &args, &res); err != nil {
+			return err
+		}
+		fs.applyAttr(dir, &res.DirAttr, at)
+		if res.Status != nfs3.OK {
+			return res.Status
+		}
+		d.verf, d.eof = res.CookieVerf, res.EOF
+		for i := range res.Entries {
+			e := &res.Entries[i]
+			if !add(e.Name, e.Fileid, e.Cookie) {
+				continue
+			}
+			var p plusData
+			if e.FH.Present && e.Attr.Present {
+				p = plusData{fh: append(nfs3.FH(nil), e.FH.FH...), attr: e.Attr.Attr, at: at}
+				d.buf[len(d.buf)-1].Mode = typeBits[e.Attr.Attr.Type]
+			}
+			d.plusBuf = append(d.plusBuf, p)
+		}
+		return nil
+	}
+	args := nfs3.ReaddirArgs{Dir: dir.fh, Cookie: d.next, CookieVerf: d.verf, Count: fs.dtpref}
+	var res nfs3.ReaddirRes
+	if err := fs.call(ctx, c, nfs3.ProcReaddir, &args, &res); err != nil {
+		return err
+	}
+	fs.applyAttr(dir, &res.DirAttr, at)
+	if res.Status != nfs3.OK {
+		return res.Status
+	}
+	d.verf, d.eof = res.CookieVerf, res.EOF
+	for i := range res.Entries {
+		e := &res.Entries[i]
+		add(e.Name, e.Fileid, e.Cookie)
+	}
+	return nil
+}

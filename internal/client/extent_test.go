@@ -1,0 +1,69 @@
+package client
+
+import (
+	"bytes"
+	"math/rand"
+	"testing"
+)
+
+// TestExtentsAgainstModel checks insert/overlay/truncate against a flat
+// byte-slice model with random writes.
+func TestExtentsAgainstModel(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	const size = 4096
+	for round := 0; round < 200; round++ {
+		var l extents
+		model := make([]byte, size)
+		written := make([]bool, size)
+		for k := 0; k < 30; k++ {
+			off := r.Intn(size - 1)
+			n := 1 + r.Intn(min(300, size-off))
+			p := make([]byte, n)
+			r.Read(p)
+			l = l.insert(uint64(off), p)
+			copy(model[off:], p)
+			for i := off; i < off+n; i++ {
+				written[i] = true
+			}
+			if r.Intn(10) == 0 {
+				cut := r.Intn(size)
+				l = l.truncate(uint64(cut))
+				for i := cut; i < size; i++ {
+					written[i], model[i] = false, 0
+				}
+			}
+		}
+		for i := 1; i < len(l); i++ {
+			if l[i-1].end() >= l[i].off {
+				t.Fatalf("round %d: extents %d and %d overlap or touch", round, i-1, i)
+			}
+		}
+		got := make([]byte, size)
+		l.overlay(0, got)
+		var want []byte
+		for i := range model {
+			if written[i] {
+				want = append(want, model[i])
+			} else {
+				want = append(want, 0)
+			}
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("round %d: overlay differs from model", round)
+		}
+		var n uint64
+		for i := range written {
+			if written[i] {
+				n++
+			}
+		}
+		if l.bytes() != n {
+			t.Fatalf("round %d: bytes %d, model %d", round, l.bytes(), n)
+		}
+		for _, c := range l.chunks(100) {
+			if len(c.data) > 100 || !bytes.Equal(c.data, model[c.off:c.end()]) {
+				t.Fatalf("round %d: chunk at %d wrong", round, c.off)
+			}
+		}
+	}
+}

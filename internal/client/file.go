@@ -1,0 +1,276 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	"hushfs/internal/nfs3"
+)
+
+// openFile is one open file description (a FUSE file handle).
+type openFile struct {
+	id    uint64
+	node  *inode
+	flags uint32
+	cred  Cred
+	// seenErr is the write-back error count this descriptor has been told
+	// of. GUARDED_BY(node.file.mu)
+	seenErr uint64
+}
+
+// takeErrLocked returns a write-back error this descriptor has not yet
+// been told of, once (errseq semantics: every descriptor open when an error
+// happened sees it exactly once).
+//
+// LOCKS_REQUIRED(st.mu)
+func (of *openFile) takeErrLocked(st *fileState) error {
+	if st.errSeq == of.seenErr {
+		return nil
+	}
+	of.seenErr = st.errSeq
+	return st.err
+}
+
+// takeErr is takeErrLocked taking the lock.
+func (of *openFile) takeErr() error {
+	st := peek(of.node)
+	if st == nil {
+		return nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return of.takeErrLocked(st)
+}
+
+func (fs *FS) addOpenFile(n *inode, flags uint32, c *Cred) *openFile {
+	of := &openFile{node: n, flags: flags, cred: Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)}}
+	if st := peek(n); st != nil {
+		st.mu.Lock()
+		of.seenErr = st.errSeq // errors from before this open are not this descriptor's
+		st.mu.Unlock()
+	}
+	fs.nodes.open(n)
+	fs.openMu.Lock()
+	of.id = fs.nextOpen
+	fs.nextOpen++
+	fs.files[of.id] = of
+	fs.openMu.Unlock()
+	return of
+}
+
+func (fs *FS) openFile(fh uint64) (*openFile, error) {
+	fs.openMu.Lock()
+	defer fs.openMu.Unlock()
+	of := fs.files[fh]
+	if of == nil {
+		return nil, syscall.EBADF
+	}
+	return of, nil
+}
+
+// accessForOpen returns the ACCESS bits an open with these flags needs.
+func accessForOpen(flags uint32) uint32 {
+	switch flags & syscall.O_ACCMODE {
+	case syscall.O_WRONLY:
+		return AccessWrite
+	case syscall.O_RDWR:
+		return AccessRead | AccessWrite
+	}
+	return AccessRead
+}
+
+// Open opens a file. With close-to-open consistency (the default) it asks
+// the server for fresh attributes; keepCache says whether the kernel's
+// cached pages of the file are still good (the file is unchanged since they
+// were read).
+func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh uint64, keepCache bool, err error) {
+	n, err := fs.node(id)
+	if err != nil {
+		return 0, false, err
+	}
+	if err := fs.Access(ctx, c, id, accessForOpen(flags)); err != nil {
+		return 0, false, err
+	}
+	if fs.opts.CTO {
+		if _, _, err := fs.getattrRPC(ctx, c, n); err != nil {
+			return 0, false, err
+		}
+	} else if _, err := fs.attrOrFetch(ctx, c, n); err != nil {
+		return 0, false, err
+	}
+	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		if _, _, err := fs.SetAttr(ctx, c, id, SetAttrIn{SetSize: true}); err != nil {
+			return 0, false, err
+		}
+	}
+	n.mu.Lock()
+	keepCache = n.dataValid
+	if !keepCache {
+		// From now on the kernel's pages are read from this version.
+		n.dataValid, n.dataMtime, n.dataSize = true, n.attr.Mtime, n.attr.Size
+	}
+	n.mu.Unlock()
+	return fs.addOpenFile(n, flags, c).id, keepCache, nil
+}
+
+// Create creates and opens a regular file. O_EXCL becomes an EXCLUSIVE
+// CREATE, so a retransmitted create cannot fail with EEXIST.
+func (fs *FS) Create(ctx context.Context, c *Cred, parent NodeID, name string, flags, mode uint32) (Entry, uint64, error) {
+	dir, err := fs.node(parent)
+	if err != nil {
+		return Entry{}, 0, err
+	}
+	e, _, err := fs.create(ctx, c, dir, name, mode, flags&syscall.O_EXCL != 0, flags&syscall.O_TRUNC != 0)
+	if err != nil {
+		return Entry{}, 0, err
+	}
+	n, err := fs.node(e.Node)
+	if err != nil {
+		return Entry{}, 0, err
+	}
+	return e, fs.addOpenFile(n, flags, c).id, nil
+}
+
+// Read reads up to len(dst) bytes at off: rsize READs in parallel, with
+// data written here and not yet sent laid over them.
+func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []byte) (int, error) {
+	of, err := fs.openFile(fh)
+	if err != nil {
+		return 0, err
+	}
+	n := of.node
+	type piece struct {
+		got int
+		eof bool
+		err error
+	}
+	rsize := int(fs.rsize)
+	pieces := make([]piece, (len(dst)+rsize-1)/rsize)
+	var wg sync.WaitGroup
+	for i := range pieces {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			lo := i * rsize
+			hi := min(lo+rsize, len(dst))
+			pieces[i].got, pieces[i].eof, pieces[i].err = fs.readRPC(ctx, c, n, off+uint64(lo), dst[lo:hi])
+		}(i)
+	}
+	wg.Wait()
+	valid := 0
+	for i, p := range pieces {
+		if p.err != nil {
+			return 0, p.err
+		}
+		valid = i*rsize + p.got
+		if p.eof || p.got < min(rsize, len(dst)-i*rsize) {
+			break
+		}
+	}
+	// Bytes between the server's EOF and our dirty data are a hole.
+	clear(dst[valid:])
+	if reach := fs.wb.overlay(n, off, dst); reach > valid {
+		valid = reach
+	}
+	return valid, nil
+}
+
+// readRPC reads into dst at off with one READ.
+func (fs *FS) readRPC(ctx context.Context, c *Cred, n *inode, off uint64, dst []byte) (int, bool, error) {
+	var res nfs3.ReadRes
+	at := fs.now()
+	args := nfs3.ReadArgs{File: n.fh, Offset: off, Count: uint32(len(dst))}
+	if err := fs.call(ctx, c, nfs3.ProcRead, &args, &res); err != nil {
+		return 0, false, err
+	}
+	fs.applyAttr(n, &res.FileAttr, at)
+	if res.Status != nfs3.OK {
+		return 0, false, res.Status
+	}
+	got := copy(dst, res.Data)
+	return got, res.EOF, nil
+}
+
+// Write records data written at off. Unless the file was opened O_SYNC or
+// O_DSYNC (or the mount is sync) it returns once the data is held here;
+// write-back sends it.
+func (fs *FS) Write(ctx context.Context, c *Cred, fh uint64, off uint64, data []byte) (int, error) {
+	of, err := fs.openFile(fh)
+	if err != nil {
+		return 0, err
+	}
+	if fs.maxFileSize > 0 && off+uint64(len(data)) > fs.maxFileSize {
+		return 0, syscall.EFBIG
+	}
+	stable := nfs3.Unstable
+	switch {
+	case fs.opts.Sync || of.flags&syscall.O_SYNC == syscall.O_SYNC:
+		stable = nfs3.FileSync
+	case of.flags&syscall.O_DSYNC != 0:
+		stable = nfs3.DataSync
+	}
+	of.cred = Cred{UID: c.UID, GID: c.GID, Groups: c.Groups}
+	if err := fs.wb.write(ctx, of, off, data, stable); err != nil {
+		return 0, err
+	}
+	if stable != nfs3.Unstable {
+		if err := of.takeErr(); err != nil {
+			return 0, err
+		}
+	}
+	return len(data), nil
+}
+
+// Flush is called at every close of a descriptor: it writes the file's
+// dirty data and commits it (close-to-open), then reports any write-back
+// error this descriptor has not seen.
+func (fs *FS) Flush(ctx context.Context, c *Cred, fh uint64) error {
+	of, err := fs.openFile(fh)
+	if err != nil {
+		return err
+	}
+	if err := fs.wb.flush(ctx, of.node, nfs3.FileSync); err != nil {
+		of.takeErr() // reported now: not again at the next close
+		return err
+	}
+	return of.takeErr()
+}
+
+// Fsync makes the file's data durable on the server.
+func (fs *FS) Fsync(ctx context.Context, c *Cred, fh uint64) error {
+	return fs.Flush(ctx, c, fh)
+}
+
+// Release closes a file handle. At the last close of a file that was
+// unlinked while open, the hidden name is removed.
+func (fs *FS) Release(ctx context.Context, fh uint64) {
+	fs.openMu.Lock()
+	of := fs.files[fh]
+	delete(fs.files, fh)
+	fs.openMu.Unlock()
+	if of == nil {
+		return
+	}
+	n := of.node
+	// Writes through a shared mapping can arrive after the last flush.
+	if err := fs.wb.flush(ctx, n, nfs3.FileSync); err != nil {
+		fs.logf("hushfs: write-back at close of node %d: %v", n.id, err)
+	}
+	if fs.nodes.close(n) > 0 {
+		return
+	}
+	fs.wb.release(n)
+	n.mu.Lock()
+	dirID, name := n.sillyDir, n.sillyName
+	n.sillyDir, n.sillyName = 0, ""
+	n.mu.Unlock()
+	if name == "" {
+		return
+	}
+	if dir := fs.nodes.get(dirID); dir != nil {
+		if err := fs.remove(ctx, &of.cred, dir, name, nfs3.ProcRemove); err != nil {
+			fs.logf("hushfs: removing %s after last close: %v", name, err)
+		}
+	}
+}

@@ -1,0 +1,164 @@
+package client
+
+import (
+	"sync"
+	"time"
+
+	"hushfs/internal/nfs3"
+)
+
+// NodeID names a server file for the life of a mount (a FUSE nodeid).
+type NodeID uint64
+
+// RootID is the node ID of the export's root, as FUSE requires.
+const RootID NodeID = 1
+
+// inode is the client's state for one server file handle.
+type inode struct {
+	id NodeID
+	fh nfs3.FH // immutable; owned copy
+
+	// GUARDED_BY(inodeTable.mu)
+	lookups uint64 // references held by the kernel
+	opens   int    // open files and directories on this node
+	dropped bool   // removed from the table; a new lookup makes a new node
+
+	mu sync.Mutex
+	// GUARDED_BY(mu)
+	attr      nfs3.Fattr
+	attrValid bool
+	attrTime  time.Time     // when attr was fetched (the RPC's start)
+	attrTimeo time.Duration // current attribute cache lifetime (grows while unchanged)
+	// dataMtime/dataSize: the server's mtime and size when our cached data
+	// (kernel page cache, directory pages) was last known valid.
+	dataMtime nfs3.Time
+	dataSize  uint64
+	dataValid bool
+	parent    NodeID // directory this node was last reached from ('..' of a directory)
+	// children: names in this directory and the nodes they were last seen
+	// to be (by lookup, create or rename here).
+	children map[string]NodeID
+	// removeName: after a silly rename, the name to remove at last close.
+	sillyDir  NodeID
+	sillyName string
+	// file is the write-back state of a regular file; nil until first written.
+	file *fileState
+}
+
+// inodeTable maps node IDs and file handles to inodes.
+type inodeTable struct {
+	mu sync.Mutex
+	// GUARDED_BY(mu)
+	byID map[NodeID]*inode
+	byFH map[string]*inode
+	next NodeID
+}
+
+func newInodeTable(rootFH nfs3.FH) *inodeTable {
+	t := &inodeTable{byID: map[NodeID]*inode{}, byFH: map[string]*inode{}, next: RootID + 1}
+	root := &inode{id: RootID, fh: append(nfs3.FH(nil), rootFH...), lookups: 1}
+	root.parent = RootID
+	t.byID[RootID] = root
+	t.byFH[string(root.fh)] = root
+	return t
+}
+
+// get returns the node with the given ID, or nil.
+func (t *inodeTable) get(id NodeID) *inode {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.byID[id]
+}
+
+// ref finds or creates the node for fh and takes one kernel reference on it.
+// The handle is copied, so fh may alias an RPC reply buffer.
+func (t *inodeTable) ref(fh nfs3.FH) *inode {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.byFH[string(fh)]
+	if n == nil {
+		n = &inode{id: t.next, fh: append(nfs3.FH(nil), fh...)}
+		t.next++
+		t.byID[n.id] = n
+		t.byFH[string(n.fh)] = n
+	}
+	n.lookups++
+	return n
+}
+
+// lookupFH returns the node for fh if the table has one, without a reference.
+func (t *inodeTable) lookupFH(fh nfs3.FH) *inode {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.byFH[string(fh)]
+}
+
+// forget drops n kernel references on id; a node with none left and no open
+// files leaves the table. The root is never dropped.
+func (t *inodeTable) forget(id NodeID, n uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	in := t.byID[id]
+	if in == nil {
+		return
+	}
+	if n > in.lookups {
+		n = in.lookups
+	}
+	in.lookups -= n
+	t.maybeDropLocked(in)
+}
+
+// LOCKS_REQUIRED(t.mu)
+func (t *inodeTable) maybeDropLocked(in *inode) {
+	if in.lookups > 0 || in.opens > 0 || in.id == RootID || in.dropped {
+		return
+	}
+	in.dropped = true
+	delete(t.byID, in.id)
+	if t.byFH[string(in.fh)] == in {
+		delete(t.byFH, string(in.fh))
+	}
+}
+
+// open records an open file or directory on the node, keeping it in the
+// table even if the kernel forgets it.
+func (t *inodeTable) open(in *inode) {
+	t.mu.Lock()
+	in.opens++
+	t.mu.Unlock()
+}
+
+// close undoes open and reports how many opens remain.
+func (t *inodeTable) close(in *inode) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	in.opens--
+	left := in.opens
+	t.maybeDropLocked(in)
+	return left
+}
+
+// openCount reports the node's open files and directories.
+func (t *inodeTable) openCount(in *inode) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return in.opens
+}
+
+// unlinkFH forgets the handle mapping of a node whose file is gone, so that
+// a later file that happens to get the same handle is a new node.
+func (t *inodeTable) unlinkFH(in *inode) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byFH[string(in.fh)] == in {
+		delete(t.byFH, string(in.fh))
+	}
+}
+
+// count returns the number of nodes in the table (for tests and stats).
+func (t *inodeTable) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.byID)
+}

@@ -1,0 +1,127 @@
+package client
+
+import (
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"hushfs/internal/nfs3"
+	"hushfs/internal/rpc"
+)
+
+// OpStats are one procedure's counters, the fields of a mountstats per-op
+// line. Times are cumulative.
+type OpStats struct {
+	Ops           uint64        `json:"ops"`
+	Transmissions uint64        `json:"transmissions"`
+	Timeouts      uint64        `json:"timeouts"`
+	Errors        uint64        `json:"errors"`
+	BytesSent     uint64        `json:"bytes_sent"`
+	BytesReceived uint64        `json:"bytes_received"`
+	Queue         time.Duration `json:"queue_ns"`
+	RTT           time.Duration `json:"rtt_ns"`
+	Execute       time.Duration `json:"execute_ns"`
+}
+
+func (s *OpStats) add(c *rpc.CallStats) {
+	s.Ops++
+	s.Transmissions += uint64(c.Transmissions)
+	s.Timeouts += uint64(c.Timeouts)
+	if c.Err != nil {
+		s.Errors++
+	}
+	s.BytesSent += uint64(c.BytesSent)
+	s.BytesReceived += uint64(c.BytesReceived)
+	s.Queue += c.Queue
+	s.RTT += c.RTT
+	s.Execute += c.Execute
+}
+
+// Stats counts RPCs per program and procedure since mount.
+type Stats struct {
+	mu    sync.Mutex
+	start time.Time
+	ops   map[string]*OpStats // GUARDED_BY(mu); key: "NFS3 GETATTR", "MOUNT3 MNT", ...
+}
+
+func newStats() *Stats { return &Stats{start: time.Now(), ops: map[string]*OpStats{}} }
+
+func procKey(prog, vers, proc uint32) string {
+	switch prog {
+	case nfs3.Program:
+		return nfs3.ProcName(proc)
+	case nfs3.MountProgram:
+		return "MOUNT:" + nfs3.MountProcName(proc)
+	case rpc.PortmapProgram:
+		return "PORTMAP:" + map[uint32]string{3: "GETPORT"}[proc]
+	}
+	return "OTHER"
+}
+
+// observe is the RPC client's per-call hook.
+func (s *Stats) observe(c *rpc.CallStats) {
+	key := procKey(c.Prog, c.Vers, c.Proc)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.ops[key]
+	if o == nil {
+		o = &OpStats{}
+		s.ops[key] = o
+	}
+	o.add(c)
+}
+
+// Snapshot is a copy of the counters at one moment.
+type Snapshot struct {
+	Since time.Time          `json:"since"`
+	Ops   map[string]OpStats `json:"ops"` // NFS procedures by name; MOUNT:/PORTMAP: prefixed
+}
+
+// Snapshot copies the counters.
+func (s *Stats) Snapshot() Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := Snapshot{Since: s.start, Ops: make(map[string]OpStats, len(s.ops))}
+	for k, v := range s.ops {
+		out.Ops[k] = *v
+	}
+	return out
+}
+
+// Reset zeroes the counters (between benchmark phases).
+func (s *Stats) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ops = map[string]*OpStats{}
+	s.start = time.Now()
+}
+
+// Count returns the number of calls of one NFS procedure (by RFC name).
+func (s Snapshot) Count(name string) uint64 { return s.Ops[name].Ops }
+
+// Total returns the number of NFS calls, all procedures together (MOUNT and
+// PORTMAP excluded).
+func (s Snapshot) Total() uint64 {
+	var n uint64
+	for k, v := range s.Ops {
+		if isNFSKey(k) {
+			n += v.Ops
+		}
+	}
+	return n
+}
+
+func isNFSKey(k string) bool {
+	return !strings.Contains(k, ":") && k != "OTHER"
+}
+
+// Names returns the procedure names present, sorted.
+func (s Snapshot) Names() []string {
+	names := make([]string, 0, len(s.Ops))
+	for k := range s.Ops {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,416 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"hushfs/internal/nfs3"
+)
+
+// Write-back: data written by applications is kept per file as dirty
+// extents and sent as UNSTABLE WRITEs of up to wsize, many in flight, then
+// made durable by one COMMIT at close, fsync or memory pressure. Only an
+// application's own request for durability (O_SYNC, O_DSYNC, the sync mount
+// option) makes a WRITE synchronous; a write to a region not contiguous with
+// other dirty data never does. Data acknowledged UNSTABLE is kept until a
+// COMMIT with the same write verifier covers it, and sent again if the
+// verifier changed (the server restarted and may have lost it).
+
+// fileState is one regular file's write-back state.
+//
+// Lock ordering: fileState.mu is taken after inode.mu is released; it is a
+// leaf lock except for writeback.mu, which may be taken inside it.
+type fileState struct {
+	mu   sync.Mutex
+	cond *sync.Cond // broadcast when sends complete
+
+	// GUARDED_BY(mu)
+	dirty    extents       // written here, not yet sent
+	inflight []extent      // being sent; reads still see them
+	unstable []uncommitted // acknowledged UNSTABLE, not yet committed
+	sending  int           // WRITE RPCs in flight
+	err      error         // last write-back error
+	errSeq   uint64        // count of write-back errors; descriptors compare with it
+	cred     Cred          // credential write-back is done with: the last writer's
+}
+
+type uncommitted struct {
+	extent
+	verf nfs3.Verf
+}
+
+// writeback holds the mount-wide write-back state.
+type writeback struct {
+	fs *FS
+
+	mu   sync.Mutex
+	cond *sync.Cond
+	// GUARDED_BY(mu)
+	bytes uint64 // dirty + in flight + uncommitted bytes, all files
+	limit uint64 // above this, writers wait for write-back
+	files map[*inode]bool
+}
+
+// dirtyLimit bounds the memory write-back may hold; writers beyond it wait.
+const dirtyLimit = 512 << 20
+
+// maxCommitRetries bounds how often data is resent after the write verifier
+// changed between WRITE and COMMIT (each change means a server restart).
+const maxCommitRetries = 8
+
+func newWriteback(fs *FS) *writeback {
+	w := &writeback{fs: fs, limit: dirtyLimit, files: map[*inode]bool{}}
+	w.cond = sync.NewCond(&w.mu)
+	return w
+}
+
+func (w *writeback) account(delta int64) {
+	w.mu.Lock()
+	w.bytes = uint64(int64(w.bytes) + delta)
+	if delta < 0 {
+		w.cond.Broadcast()
+	}
+	w.mu.Unlock()
+}
+
+// state returns n's write-back state, creating it.
+func (w *writeback) state(n *inode) *fileState {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.file == nil {
+		n.file = &fileState{}
+		n.file.cond = sync.NewCond(&n.file.mu)
+		w.mu.Lock()
+		w.files[n] = true
+		w.mu.Unlock()
+	}
+	return n.file
+}
+
+// peek returns n's write-back state if it has one.
+func peek(n *inode) *fileState {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.file
+}
+
+// dirtyEnd returns the end of n's data not yet on the server, or 0.
+func (w *writeback) dirtyEnd(n *inode) uint64 {
+	st := peek(n)
+	if st == nil {
+		return 0
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	end := st.dirty.lastEnd()
+	for i := range st.inflight {
+		end = max(end, st.inflight[i].end())
+	}
+	return end
+}
+
+// write records data written at off. It returns a pending write-back error
+// not yet seen by this descriptor instead, so that no error is lost.
+func (w *writeback) write(ctx context.Context, of *openFile, off uint64, p []byte, stable nfs3.StableHow) error {
+	n := of.node
+	st := w.state(n)
+	st.mu.Lock()
+	if err := of.takeErrLocked(st); err != nil {
+		st.mu.Unlock()
+		return err
+	}
+	st.cred = of.cred
+	before := st.dirty.bytes()
+	st.dirty = st.dirty.insert(off, p)
+	grown := int64(st.dirty.bytes()) - int64(before)
+	// Stream out full wsize chunks once two are dirty back to back, so a
+	// large sequential write is pipelined while the last chunk stays behind
+	// for close (where a file that fits in one WRITE goes out FILE_SYNC).
+	var stream []extent
+	if stable == nfs3.Unstable {
+		stream = st.takeStreamLocked(uint64(w.fs.wsize))
+	}
+	st.mu.Unlock()
+	w.account(grown)
+
+	if stable != nfs3.Unstable {
+		return w.flush(ctx, n, stable)
+	}
+	if len(stream) > 0 {
+		go w.send(context.WithoutCancel(ctx), n, st, stream, nfs3.Unstable)
+	}
+	return w.throttle(ctx, n)
+}
+
+// takeStreamLocked detaches whole wsize chunks from the front of the dirty
+// extent being appended to, leaving at least one chunk dirty.
+//
+// LOCKS_REQUIRED(st.mu)
+func (st *fileState) takeStreamLocked(wsize uint64) []extent {
+	if len(st.dirty) == 0 {
+		return nil
+	}
+	last := &st.dirty[len(st.dirty)-1]
+	full := uint64(len(last.data)) / wsize
+	if full < 2 {
+		return nil
+	}
+	take := (full - 1) * wsize
+	chunk := extent{off: last.off, data: last.data[:take:take]}
+	last.off += take
+	last.data = last.data[take:]
+	out := extents{chunk}.chunks(int(wsize))
+	st.inflight = append(st.inflight, out...)
+	st.sending += len(out)
+	return out
+}
+
+// throttle makes a writer wait while write-back holds more than its limit,
+// flushing this file meanwhile so the wait ends.
+func (w *writeback) throttle(ctx context.Context, n *inode) error {
+	w.mu.Lock()
+	over := w.bytes > w.limit
+	w.mu.Unlock()
+	if !over {
+		return nil
+	}
+	return w.flush(ctx, n, nfs3.FileSync)
+}
+
+// send writes chunks (already moved to st.inflight and counted in
+// st.sending) with the given stability, in parallel, and records the
+// results.
+func (w *writeback) send(ctx context.Context, n *inode, st *fileState, chunks []extent, stable nfs3.StableHow) {
+	var wg sync.WaitGroup
+	for _, c := range chunks {
+		wg.Add(1)
+		go func(c extent) {
+			defer wg.Done()
+			w.sendOne(ctx, n, st, c, stable)
+		}(c)
+	}
+	wg.Wait()
+}
+
+// sendOne sends one chunk, resending the remainder of a short write.
+func (w *writeback) sendOne(ctx context.Context, n *inode, st *fileState, c extent, stable nfs3.StableHow) {
+	st.mu.Lock()
+	cred := st.cred
+	st.mu.Unlock()
+	var err error
+	var acked []uncommitted
+	rest := c
+	for len(rest.data) > 0 {
+		args := nfs3.WriteArgs{File: n.fh, Offset: rest.off, Count: uint32(len(rest.data)), Stable: stable, Data: rest.data}
+		var res nfs3.WriteRes
+		at := w.fs.now()
+		if err = w.fs.call(ctx, &cred, nfs3.ProcWrite, &args, &res); err != nil {
+			break
+		}
+		w.fs.applyWcc(n, &res.Wcc, at)
+		if res.Status != nfs3.OK {
+			err = res.Status
+			break
+		}
+		if res.Count == 0 || res.Count > args.Count {
+			err = fmt.Errorf("WRITE at %d: server wrote %d of %d bytes: %w", rest.off, res.Count, args.Count, nfs3.ErrIO)
+			break
+		}
+		done := extent{off: rest.off, data: rest.data[:res.Count]}
+		if res.Committed == nfs3.Unstable {
+			acked = append(acked, uncommitted{extent: done, verf: res.Verf})
+		}
+		rest = extent{off: rest.off + uint64(res.Count), data: rest.data[res.Count:]}
+	}
+	st.mu.Lock()
+	st.removeInflightLocked(c)
+	st.sending--
+	st.unstable = append(st.unstable, acked...)
+	if err != nil {
+		st.setErrLocked(fmt.Errorf("write-back of %d bytes at offset %d: %w", len(c.data), c.off, err))
+	}
+	st.cond.Broadcast()
+	st.mu.Unlock()
+	var kept uint64
+	for _, a := range acked {
+		kept += uint64(len(a.data))
+	}
+	w.account(int64(kept) - int64(len(c.data)))
+}
+
+// LOCKS_REQUIRED(st.mu)
+func (st *fileState) removeInflightLocked(c extent) {
+	for i := range st.inflight {
+		e := &st.inflight[i]
+		if e.off == c.off && len(e.data) == len(c.data) {
+			st.inflight = append(st.inflight[:i], st.inflight[i+1:]...)
+			return
+		}
+	}
+}
+
+// LOCKS_REQUIRED(st.mu)
+func (st *fileState) setErrLocked(err error) {
+	st.err = err
+	st.errSeq++
+}
+
+// flush sends all of n's dirty data and waits for every send in flight.
+// With stable other than Unstable it also makes everything durable: either
+// as one FILE_SYNC WRITE, when all that is pending fits in one, or by
+// COMMIT, resending whatever a changed write verifier says was lost.
+func (w *writeback) flush(ctx context.Context, n *inode, stable nfs3.StableHow) error {
+	st := peek(n)
+	if st == nil {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		st.mu.Lock()
+		for st.sending > 0 {
+			st.cond.Wait()
+		}
+		chunks := st.dirty.chunks(int(w.fs.wsize))
+		mode := nfs3.Unstable
+		if stable != nfs3.Unstable && len(chunks) == 1 && len(st.unstable) == 0 {
+			mode = stable // one WRITE does it all: no COMMIT needed
+		}
+		st.inflight = append(st.inflight, chunks...)
+		st.sending += len(chunks)
+		st.dirty = nil
+		st.mu.Unlock()
+		if len(chunks) > 0 {
+			w.send(ctx, n, st, chunks, mode)
+		}
+		if stable == nfs3.Unstable {
+			return nil
+		}
+		st.mu.Lock()
+		pending := len(st.unstable) > 0
+		st.mu.Unlock()
+		if !pending {
+			return nil
+		}
+		resent, err := w.commit(ctx, n, st)
+		if err != nil || !resent {
+			return err
+		}
+		if attempt >= maxCommitRetries {
+			return fmt.Errorf("COMMIT: write verifier changed %d times in a row: %w", attempt+1, nfs3.ErrIO)
+		}
+	}
+}
+
+// commit sends COMMIT for the whole file. Data whose WRITE verifier differs
+// from the COMMIT's is moved back to dirty; resent reports whether any was.
+func (w *writeback) commit(ctx context.Context, n *inode, st *fileState) (resent bool, err error) {
+	st.mu.Lock()
+	cred := st.cred
+	st.mu.Unlock()
+	var res nfs3.CommitRes
+	at := w.fs.now()
+	err = w.fs.call(ctx, &cred, nfs3.ProcCommit, &nfs3.CommitArgs{File: n.fh}, &res)
+	if err == nil {
+		w.fs.applyWcc(n, &res.Wcc, at)
+		if res.Status != nfs3.OK {
+			err = res.Status
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return false, err // the data is still held; a later flush commits it
+		}
+		err = fmt.Errorf("COMMIT: %w", err)
+		st.setErrLocked(err)
+		w.account(-int64(uncommittedBytes(st.unstable)))
+		st.unstable = nil
+		return false, err
+	}
+	var freed int64
+	for _, u := range st.unstable {
+		if u.verf != res.Verf {
+			st.dirty = st.dirty.insert(u.off, u.data)
+			resent = true
+		} else {
+			freed += int64(len(u.data))
+		}
+	}
+	st.unstable = nil
+	w.account(-freed)
+	return resent, nil
+}
+
+func uncommittedBytes(l []uncommitted) uint64 {
+	var n uint64
+	for _, u := range l {
+		n += uint64(len(u.data))
+	}
+	return n
+}
+
+// overlay copies n's not-yet-sent data over dst (read at off) and returns
+// how far into dst it reached.
+func (w *writeback) overlay(n *inode, off uint64, dst []byte) int {
+	st := peek(n)
+	if st == nil {
+		return 0
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	reach := extents(st.inflight).overlay(off, dst)
+	return max(reach, st.dirty.overlay(off, dst))
+}
+
+// truncate drops dirty data beyond size (a truncate after a flush).
+func (w *writeback) truncate(n *inode, size uint64) {
+	st := peek(n)
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	before := st.dirty.bytes()
+	st.dirty = st.dirty.truncate(size)
+	after := st.dirty.bytes()
+	st.mu.Unlock()
+	w.account(int64(after) - int64(before))
+}
+
+// flushAll flushes and commits every file (at unmount).
+func (w *writeback) flushAll(ctx context.Context) error {
+	w.mu.Lock()
+	files := make([]*inode, 0, len(w.files))
+	for n := range w.files {
+		files = append(files, n)
+	}
+	w.mu.Unlock()
+	var first error
+	for _, n := range files {
+		if err := w.flush(ctx, n, nfs3.FileSync); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// release forgets n's write-back state once it is clean.
+func (w *writeback) release(n *inode) {
+	st := peek(n)
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	clean := len(st.dirty) == 0 && st.sending == 0 && len(st.unstable) == 0
+	st.mu.Unlock()
+	if !clean {
+		return
+	}
+	n.mu.Lock()
+	n.file = nil
+	n.mu.Unlock()
+	w.mu.Lock()
+	delete(w.files, n)
+	w.mu.Unlock()
+}
