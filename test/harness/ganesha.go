@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -61,7 +60,7 @@ type Ganesha struct {
 // skips the test when not root and fails it when ganesha, rpcbind or
 // nsenter is missing (CI installs them with scripts/install-deps.sh).
 // Everything is torn down at cleanup.
-func StartGanesha(t testing.TB, opts GaneshaOptions) *Ganesha {
+func StartGanesha(t T, opts GaneshaOptions) *Ganesha {
 	t.Helper()
 	RequireRoot(t)
 	for _, bin := range []string{"ganesha.nfsd", "rpcbind", "nsenter", "unshare", "ip"} {
@@ -263,7 +262,7 @@ func (g *Ganesha) ping(deadline time.Time) error {
 // unshare, which returns once ganesha, PID 1 of its namespace, is gone; the
 // kernel takes everything else in that namespace with it. It reports,
 // without stopping the cleanup, if anything refuses to die.
-func (g *Ganesha) stop(t testing.TB) {
+func (g *Ganesha) stop(t T) {
 	pid := g.cmd.Process.Pid
 	// The group id is our child's pid; the group holds only what it started.
 	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -34,7 +33,7 @@ var build struct {
 // The binary is built without -race even under `go test -race`: the
 // packages it is made of run their own tests with the race detector, and
 // end-to-end tests move hundreds of MiB through it.
-func BuildHushfs(t testing.TB) string {
+func BuildHushfs(t T) string {
 	t.Helper()
 	build.once.Do(func() {
 		build.bin, build.dir, build.err = buildHushfs()
@@ -118,7 +117,7 @@ func (p *proc) done() bool {
 }
 
 // kill stops the process by pid and waits for it.
-func (p *proc) kill(t testing.TB) {
+func (p *proc) kill(t T) {
 	if p.done() {
 		return
 	}
@@ -137,7 +136,7 @@ func (p *proc) kill(t testing.TB) {
 //
 // The server needs root (open_by_handle_at, per-call credentials), so the
 // test is skipped otherwise.
-func StartServe(t testing.TB, dir string, extraArgs ...string) *Serve {
+func StartServe(t T, dir string, extraArgs ...string) *Serve {
 	t.Helper()
 	RequireRoot(t)
 	// The server exports the directory under its absolute, symlink-free
@@ -154,7 +153,7 @@ func StartServe(t testing.TB, dir string, extraArgs ...string) *Serve {
 	return s
 }
 
-func (s *Serve) start(t testing.TB, nfsPort, mountPort string) {
+func (s *Serve) start(t T, nfsPort, mountPort string) {
 	t.Helper()
 	args := []string{"serve", "--listen", "127.0.0.1", "--nfs-port", nfsPort,
 		"--mount-port", mountPort, "--state-dir", s.StateDir}
@@ -231,7 +230,7 @@ func pingAddr(ctx context.Context, addr string, prog, vers uint32) error {
 // Restart kills the server with SIGKILL (no chance to save anything) and
 // starts it again on the same ports with the same state directory, as a
 // crash and restart would.
-func (s *Serve) Restart(t testing.TB) {
+func (s *Serve) Restart(t T) {
 	t.Helper()
 	s.p.kill(t)
 	_, nfsPort, err := net.SplitHostPort(s.NFSAddr)

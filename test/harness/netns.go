@@ -22,7 +22,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -41,7 +40,7 @@ type NetNS struct {
 
 // RequireRoot skips the test unless it runs as root: namespaces, rpcbind and
 // ganesha all need it.
-func RequireRoot(t testing.TB) {
+func RequireRoot(t T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, rpcbind, nfs-ganesha)")
@@ -50,7 +49,7 @@ func RequireRoot(t testing.TB) {
 
 // NewNetNS creates a network namespace named hushfs-<pid>-<random>, brings up
 // its loopback interface (and nothing else) and deletes it at cleanup.
-func NewNetNS(t testing.TB) *NetNS {
+func NewNetNS(t T) *NetNS {
 	t.Helper()
 	RequireRoot(t)
 	sweepStaleNetNS(t)
@@ -78,7 +77,7 @@ func NewNetNS(t testing.TB) *NetNS {
 // without running their cleanups (a -timeout panic skips them): the name
 // carries the creator's pid, and a namespace whose creator no longer exists
 // is garbage. Processes inside are already gone (see StartGanesha).
-func sweepStaleNetNS(t testing.TB) {
+func sweepStaleNetNS(t T) {
 	ents, err := os.ReadDir(netnsDir)
 	if err != nil {
 		return // no namespaces yet

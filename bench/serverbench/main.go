@@ -1,0 +1,304 @@
+// Command serverbench measures NFS server throughput over one TCP
+// connection: GETATTR, LOOKUP and 4 KiB READ operations per second with 1
+// and 16 calls in flight, and MB/s of 1 MiB READ and WRITE, against
+// `hushfs serve` and nfs-ganesha side by side. It prints a markdown table
+// with the ratio hushfs/ganesha and writes it to -out.
+//
+// It needs root (ganesha runs in a private network namespace) and the
+// packages scripts/install-deps.sh installs. Run it from the repository.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"hushfs/internal/nfs3"
+	"hushfs/internal/rpc"
+	"hushfs/test/harness"
+)
+
+type target struct {
+	name   string
+	dial   func(ctx context.Context) (net.Conn, error)
+	mount  func(ctx context.Context) (net.Conn, error)
+	export string
+	dir    string
+}
+
+type cell struct {
+	op    string
+	conc  int
+	unit  string // "ops/s" or "MB/s"
+	value map[string]float64
+}
+
+func main() {
+	duration := flag.Duration("duration", 3*time.Second, "time per measurement")
+	concs := flag.String("conc", "1,16", "calls in flight over the one connection")
+	servers := flag.String("servers", "hushfs,ganesha", "servers to measure")
+	out := flag.String("out", "bench/results/server-ops.md", "markdown file to write ('' for none)")
+	flag.Parse()
+	var conc []int
+	for _, s := range strings.Split(*concs, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "serverbench: bad -conc %q\n", *concs)
+			os.Exit(2)
+		}
+		conc = append(conc, n)
+	}
+	var table string
+	ok := harness.Run(func(t *harness.Program) {
+		var targets []*target
+		for _, s := range strings.Split(*servers, ",") {
+			switch strings.TrimSpace(s) {
+			case "hushfs":
+				dir := t.TempDir()
+				populate(t, dir)
+				sv := harness.StartServe(t, dir)
+				var d net.Dialer
+				targets = append(targets, &target{name: "hushfs serve", export: sv.ExportPath, dir: dir,
+					dial:  func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", sv.NFSAddr) },
+					mount: func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", sv.MountAddr) }})
+			case "ganesha":
+				dir := t.TempDir()
+				populate(t, dir)
+				g := harness.StartGanesha(t, harness.GaneshaOptions{ExportDir: dir})
+				targets = append(targets, &target{name: "ganesha 4.3", export: g.ExportPath, dir: dir,
+					dial: g.Dial, mount: g.DialMount})
+			default:
+				t.Fatalf("unknown server %q", s)
+			}
+		}
+		table = run(t, targets, conc, *duration)
+	})
+	if !ok {
+		os.Exit(1)
+	}
+	fmt.Print(table)
+	if *out != "" {
+		if err := os.MkdirAll(filepath.Dir(*out), 0o755); err == nil {
+			err = os.WriteFile(*out, []byte(table), 0o644)
+		}
+	}
+}
+
+const bigSize = 256 << 20
+
+// populate makes the files the workloads use.
+func populate(t *harness.Program, dir string) {
+	buf := make([]byte, 1<<20)
+	rand.Read(buf)
+	f, err := os.Create(filepath.Join(dir, "big"))
+	if err != nil {
+		t.Fatalf("populate: %v", err)
+	}
+	for off := 0; off < bigSize; off += len(buf) {
+		if _, err := f.Write(buf); err != nil {
+			t.Fatalf("populate: %v", err)
+		}
+	}
+	f.Close()
+	if err := os.WriteFile(filepath.Join(dir, "small"), buf[:64<<10], 0o644); err != nil {
+		t.Fatalf("populate: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "w"), nil, 0o666); err != nil {
+		t.Fatalf("populate: %v", err)
+	}
+}
+
+// session is one connection to a server with the handles the workloads use.
+type session struct {
+	c                *rpc.Client
+	cred             rpc.OpaqueAuth
+	root, small, big nfs3.FH
+	w                nfs3.FH
+}
+
+func connect(t *harness.Program, tg *target) *session {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	opts := rpc.ClientOptions{Timeout: 30 * time.Second, Retrans: 3, Hard: false}
+	mopts := opts
+	mopts.Dial = tg.mount
+	mc, err := rpc.NewClient(ctx, mopts)
+	if err != nil {
+		t.Fatalf("%s: MOUNT connection: %v", tg.name, err)
+	}
+	defer mc.Close()
+	s := &session{cred: rpc.SysCred(0, 0, nil, "serverbench")}
+	var mres nfs3.MntRes
+	if err := mc.Call(ctx, nfs3.MountProgram, nfs3.MountVersion, nfs3.MountProcMnt, s.cred,
+		&nfs3.MntArgs{Path: []byte(tg.export)}, &mres); err != nil || mres.Status != nfs3.MntOK {
+		t.Fatalf("%s: MNT %s: %v %v", tg.name, tg.export, err, mres.Status)
+	}
+	s.root = append(nfs3.FH(nil), mres.FH...)
+	opts.Dial = tg.dial
+	if s.c, err = rpc.NewClient(ctx, opts); err != nil {
+		t.Fatalf("%s: NFS connection: %v", tg.name, err)
+	}
+	t.Cleanup(func() { s.c.Close() })
+	look := func(name string) nfs3.FH {
+		var res nfs3.LookupRes
+		err := s.c.Call(ctx, nfs3.Program, nfs3.Version, nfs3.ProcLookup, s.cred,
+			&nfs3.LookupArgs{What: nfs3.DirOpArgs{Dir: s.root, Name: []byte(name)}}, &res)
+		if err != nil || res.Status != nfs3.OK {
+			t.Fatalf("%s: LOOKUP %s: %v %v", tg.name, name, err, res.Status)
+		}
+		return append(nfs3.FH(nil), res.Obj...)
+	}
+	s.small, s.big, s.w = look("small"), look("big"), look("w")
+	return s
+}
+
+// workload issues one call; i is a per-call sequence number.
+type workload struct {
+	name  string
+	unit  string
+	bytes int // payload per call, for MB/s
+	call  func(ctx context.Context, s *session, i uint64) error
+}
+
+func workloads() []workload {
+	status := func(err error, st nfs3.Status) error {
+		if err != nil {
+			return err
+		}
+		if st != nfs3.OK {
+			return st
+		}
+		return nil
+	}
+	return []workload{
+		{name: "GETATTR", unit: "ops/s", call: func(ctx context.Context, s *session, i uint64) error {
+			var res nfs3.GetattrRes
+			err := s.c.Call(ctx, nfs3.Program, nfs3.Version, nfs3.ProcGetattr, s.cred, &nfs3.GetattrArgs{Obj: s.small}, &res)
+			return status(err, res.Status)
+		}},
+		{name: "LOOKUP", unit: "ops/s", call: func(ctx context.Context, s *session, i uint64) error {
+			var res nfs3.LookupRes
+			err := s.c.Call(ctx, nfs3.Program, nfs3.Version, nfs3.ProcLookup, s.cred,
+				&nfs3.LookupArgs{What: nfs3.DirOpArgs{Dir: s.root, Name: []byte("small")}}, &res)
+			return status(err, res.Status)
+		}},
+		{name: "READ 4 KiB", unit: "ops/s", bytes: 4096, call: func(ctx context.Context, s *session, i uint64) error {
+			var res nfs3.ReadRes
+			off := (i * 4096) % (64 << 10)
+			err := s.c.Call(ctx, nfs3.Program, nfs3.Version, nfs3.ProcRead, s.cred,
+				&nfs3.ReadArgs{File: s.small, Offset: off, Count: 4096}, &res)
+			return status(err, res.Status)
+		}},
+		{name: "READ 1 MiB", unit: "MB/s", bytes: 1 << 20, call: func(ctx context.Context, s *session, i uint64) error {
+			var res nfs3.ReadRes
+			off := (i << 20) % bigSize
+			err := s.c.Call(ctx, nfs3.Program, nfs3.Version, nfs3.ProcRead, s.cred,
+				&nfs3.ReadArgs{File: s.big, Offset: off, Count: 1 << 20}, &res)
+			if err == nil && res.Status == nfs3.OK && len(res.Data) != 1<<20 {
+				return fmt.Errorf("short READ: %d bytes", len(res.Data))
+			}
+			return status(err, res.Status)
+		}},
+		{name: "WRITE 1 MiB", unit: "MB/s", bytes: 1 << 20, call: writeCall(status)},
+	}
+}
+
+var writeData = func() []byte {
+	b := make([]byte, 1<<20)
+	rand.Read(b)
+	return b
+}()
+
+func writeCall(status func(error, nfs3.Status) error) func(ctx context.Context, s *session, i uint64) error {
+	return func(ctx context.Context, s *session, i uint64) error {
+		var res nfs3.WriteRes
+		off := (i << 20) % (128 << 20)
+		err := s.c.Call(ctx, nfs3.Program, nfs3.Version, nfs3.ProcWrite, s.cred,
+			&nfs3.WriteArgs{File: s.w, Offset: off, Count: 1 << 20, Stable: nfs3.Unstable, Data: writeData}, &res)
+		return status(err, res.Status)
+	}
+}
+
+// measure runs w with conc calls in flight for d and returns ops/s or MB/s.
+func measure(t *harness.Program, s *session, w workload, conc int, d time.Duration) float64 {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var seq, done atomic.Uint64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	stop := time.Now().Add(d)
+	start := time.Now()
+	for g := 0; g < conc; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				if err := w.call(ctx, s, seq.Add(1)); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		t.Fatalf("%s with %d in flight: %v", w.name, conc, err)
+	}
+	secs := time.Since(start).Seconds()
+	if w.unit == "MB/s" {
+		return float64(done.Load()) * float64(w.bytes) / 1e6 / secs
+	}
+	return float64(done.Load()) / secs
+}
+
+func run(t *harness.Program, targets []*target, conc []int, d time.Duration) string {
+	sessions := make([]*session, len(targets))
+	for i, tg := range targets {
+		sessions[i] = connect(t, tg)
+	}
+	var cells []cell
+	for _, w := range workloads() {
+		for _, c := range conc {
+			cl := cell{op: w.name, conc: c, unit: w.unit, value: map[string]float64{}}
+			for i, tg := range targets {
+				v := measure(t, sessions[i], w, c, d)
+				cl.value[tg.name] = v
+				fmt.Fprintf(os.Stderr, "serverbench: %-12s %2d in flight  %-12s %10.0f %s\n", w.name, c, tg.name, v, w.unit)
+			}
+			cells = append(cells, cl)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "| operation | in flight | unit |")
+	for _, tg := range targets {
+		fmt.Fprintf(&b, " %s |", tg.name)
+	}
+	if len(targets) == 2 {
+		fmt.Fprintf(&b, " ratio |")
+	}
+	fmt.Fprintf(&b, "\n|---|---|---|%s\n", strings.Repeat("---|", len(targets)+min(1, len(targets)-1)))
+	for _, cl := range cells {
+		fmt.Fprintf(&b, "| %s | %d | %s |", cl.op, cl.conc, cl.unit)
+		for _, tg := range targets {
+			fmt.Fprintf(&b, " %.0f |", cl.value[tg.name])
+		}
+		if len(targets) == 2 {
+			a, z := cl.value[targets[0].name], cl.value[targets[1].name]
+			fmt.Fprintf(&b, " %.2f |", a/z)
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "\n%s per cell, one TCP connection per server, 127.0.0.1, measured %s.\n",
+		d, time.Now().UTC().Format("2006-01-02"))
+	return b.String()
+}
