@@ -1,0 +1,727 @@
+package rpc
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"hushfs/internal/xdr"
+)
+
+// Marshaler is implemented by call arguments.
+type Marshaler interface{ Append(b []byte) []byte }
+
+// Unmarshaler is implemented by call results.
+type Unmarshaler interface{ Decode(d *xdr.Decoder) }
+
+// CallStats describes one finished Call.
+type CallStats struct {
+	Prog, Vers, Proc uint32
+	Transmissions    int           // 1 + retransmissions (including resends after a reconnect)
+	Timeouts         int           // per-transmission timeouts seen
+	BytesSent        int           // request record size (mark included) times Transmissions
+	BytesReceived    int           // reply record size, mark included; 0 without a reply
+	Queue            time.Duration // waiting to be sent (for an in-flight slot or a connection)
+	RTT              time.Duration // last transmission to reply
+	Execute          time.Duration // Call entry to return
+	Err              error
+}
+
+// ClientOptions configures a Client. Zero values select the defaults.
+type ClientOptions struct {
+	// Dial connects to the server; required by NewClient, used to connect
+	// and to reconnect.
+	Dial func(ctx context.Context) (net.Conn, error)
+	// Timeout is how long to wait for a reply before retransmitting; default
+	// 60 s. It grows linearly per retry (Timeout, 2·Timeout, ...), capped at
+	// 600 s.
+	Timeout time.Duration
+	// Retrans is the number of retransmissions before a major timeout;
+	// 0 selects the default, 2; a negative value means none.
+	Retrans int
+	// Hard: after a major timeout log that the server is not responding and
+	// keep going until the context is done. Soft (false): fail with
+	// ErrTimeout.
+	Hard bool
+	// MaxRecord bounds reply records; default DefaultMaxRecord.
+	MaxRecord int
+	// MaxInFlight is the number of calls on the wire at once, default 128;
+	// more wait (counted as Queue time).
+	MaxInFlight int
+	// Observer, if set, is called once per Call when it finishes.
+	Observer func(*CallStats)
+	Logf     func(format string, args ...any)
+}
+
+var (
+	// ErrTimeout is returned (wrapped with the call's identity) after a
+	// major timeout of a soft client.
+	ErrTimeout = errors.New("rpc: call timed out")
+	// ErrClosed is returned by calls on, or pending at, a closed client.
+	ErrClosed = errors.New("rpc: client closed")
+)
+
+// maxTimeout caps the per-transmission timeout.
+const maxTimeout = 600 * time.Second
+
+// maxReconnectBackoff caps the pause between failed reconnection attempts.
+const maxReconnectBackoff = 5 * time.Second
+
+// Client is a pipelined ONC RPC client over one TCP connection: any number
+// of calls are in flight at once, replies are matched by XID in whatever
+// order they come. A broken connection is re-established and every pending
+// call resent with its original bytes, so that a server's duplicate request
+// cache recognises it.
+//
+// Reply records are allocated per reply and results decoded by Call alias
+// them: they stay valid after Call returns.
+type Client struct {
+	opts      ClientOptions
+	logf      func(format string, args ...any)
+	maxRecord int
+	epoch     time.Time // origin of the monotonic timestamps kept in atomics
+
+	sem     chan struct{} // in-flight slots
+	xid     atomic.Uint32
+	closing chan struct{}
+	ctx     context.Context // lifetime of the client; bounds dialing
+	cancel  context.CancelFunc
+	wake    chan struct{} // a call is waiting for a connection
+	wg      sync.WaitGroup
+	calls   sync.Pool // *pendingCall
+
+	// unresponsive is set while a major timeout has been logged and no
+	// reply has come since.
+	unresponsive atomic.Bool
+	server       string
+
+	mu      sync.Mutex
+	pending map[uint32]*pendingCall
+	conn    *clientConn // nil while reconnecting
+	closed  bool
+}
+
+// pendingCall is one call from encoding to reply. Its request bytes are
+// shared with the connection writer, so it is reference counted: the caller
+// holds one reference and every queued transmission another; the last to
+// let go returns it to the pool.
+type pendingCall struct {
+	xid   uint32
+	req   []byte
+	reply chan []byte // capacity 1; at most one delivery per registration
+	refs  atomic.Int32
+	// finished tells the writer not to bother sending.
+	finished  atomic.Bool
+	tx        atomic.Int32
+	firstSent atomic.Int64 // since Client.epoch; 0 = not yet sent
+	lastSent  atomic.Int64
+	conn      *clientConn // connection last queued on; guarded by Client.mu
+	dec       xdr.Decoder
+	timer     *time.Timer // retransmission timer, reused with the call
+}
+
+// NewClient connects to the server with opts.Dial and returns the client.
+// Failing to connect is an error here, not later.
+func NewClient(ctx context.Context, opts ClientOptions) (*Client, error) {
+	if opts.Dial == nil {
+		return nil, errors.New("rpc: ClientOptions.Dial is required")
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 60 * time.Second
+	}
+	if opts.Retrans < 0 {
+		opts.Retrans = 0
+	} else if opts.Retrans == 0 {
+		opts.Retrans = 2
+	}
+	if opts.MaxRecord <= 0 {
+		opts.MaxRecord = DefaultMaxRecord
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 128
+	}
+	c := &Client{
+		opts:      opts,
+		logf:      opts.Logf,
+		maxRecord: opts.MaxRecord,
+		epoch:     time.Now(),
+		sem:       make(chan struct{}, opts.MaxInFlight),
+		closing:   make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		pending:   make(map[uint32]*pendingCall),
+	}
+	if c.logf == nil {
+		c.logf = func(string, ...any) {}
+	}
+	c.xid.Store(rand.Uint32())
+	c.calls.New = func() any { return &pendingCall{reply: make(chan []byte, 1)} }
+	nc, err := opts.Dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("rpc: connecting: %w", err)
+	}
+	c.server = nc.RemoteAddr().String()
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	cc := c.install(nc)
+	c.wg.Add(1)
+	go c.maintain(cc)
+	return c, nil
+}
+
+// Dial returns a client of the server at the TCP address addr. It sets
+// opts.Dial if nil.
+func Dial(ctx context.Context, addr string, opts ClientOptions) (*Client, error) {
+	if opts.Dial == nil {
+		var d net.Dialer
+		opts.Dial = func(ctx context.Context) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", addr)
+		}
+	}
+	return NewClient(ctx, opts)
+}
+
+// Close closes the connection, fails every pending call with ErrClosed and
+// waits for the client's goroutines to exit.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	cc := c.conn
+	c.conn = nil
+	c.mu.Unlock()
+	close(c.closing)
+	c.cancel()
+	if cc != nil {
+		cc.fail(ErrClosed)
+	}
+	c.wg.Wait()
+	return nil
+}
+
+func (c *Client) now() int64 { return int64(time.Since(c.epoch)) }
+
+// timeo is the wait after the n-th transmission (n ≥ 1).
+func (c *Client) timeo(n int) time.Duration {
+	if n > int(maxTimeout/c.opts.Timeout) {
+		return maxTimeout
+	}
+	return min(time.Duration(n)*c.opts.Timeout, maxTimeout)
+}
+
+// Call calls procedure proc of version vers of program prog with credential
+// cred, arguments args (nil: none) and decodes the results into res (nil:
+// ignored). Results may alias the reply record, which is not reused.
+//
+// It returns *AcceptError or *DeniedError when the server refuses the call,
+// an error wrapping ErrTimeout after a soft major timeout, ErrClosed when the
+// client is closed, and ctx.Err() when ctx is done first.
+func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueAuth, args Marshaler, res Unmarshaler) error {
+	start := time.Now()
+	if err := c.acquire(ctx); err != nil {
+		c.observe(prog, vers, proc, start, nil, 0, 0, err)
+		return err
+	}
+	defer func() { <-c.sem }()
+
+	p := c.calls.Get().(*pendingCall)
+	p.refs.Store(1)
+	b, mark := BeginRecord(p.req[:0])
+	b = appendCallHeader(b, prog, vers, proc, cred)
+	if args != nil {
+		b = args.Append(b)
+	}
+	FinishRecord(b, mark)
+	p.req = b
+	if len(b)-4 > c.maxRecord {
+		c.release(p)
+		err := fmt.Errorf("rpc: call to prog %d vers %d proc %d: request of %d bytes exceeds %d",
+			prog, vers, proc, len(b)-4, c.maxRecord)
+		c.observe(prog, vers, proc, start, nil, 0, 0, err)
+		return err
+	}
+
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.release(p)
+		c.observe(prog, vers, proc, start, nil, 0, 0, ErrClosed)
+		return ErrClosed
+	}
+	xid := c.xid.Add(1)
+	for c.pending[xid] != nil { // only after 2^32 calls, but never mix two up
+		xid = c.xid.Add(1)
+	}
+	p.xid = xid
+	xdr.PutUint32(p.req, mark+4, xid)
+	c.pending[xid] = p
+	c.sendLocked(p)
+	c.mu.Unlock()
+
+	timer := p.timer
+	if timer == nil {
+		timer = time.NewTimer(c.timeo(1))
+		p.timer = timer
+	} else {
+		timer.Reset(c.timeo(1))
+	}
+	timeouts, retries := 0, 0
+	for {
+		select {
+		case rec := <-p.reply:
+			err := c.decodeReply(p, rec, prog, vers, proc, res)
+			c.observe(prog, vers, proc, start, p, timeouts, len(rec)+4, err)
+			c.finish(p)
+			return err
+		case <-timer.C:
+			timeouts++
+			switch {
+			case retries < c.opts.Retrans:
+				retries++
+				c.retransmit(p)
+			case !c.opts.Hard:
+				err := fmt.Errorf("%w: prog %d vers %d proc %d xid %#x: no reply after %d transmissions",
+					ErrTimeout, prog, vers, proc, xid, p.tx.Load())
+				c.abandon(p, prog, vers, proc, start, timeouts, err)
+				return err
+			default:
+				retries = 0
+				if c.unresponsive.CompareAndSwap(false, true) {
+					c.logf("rpc: server %s not responding, still trying", c.server)
+				}
+				c.majorTimeout(p)
+			}
+			timer.Reset(c.timeo(timeouts + 1))
+		case <-ctx.Done():
+			err := ctx.Err()
+			c.abandon(p, prog, vers, proc, start, timeouts, err)
+			return err
+		case <-c.closing:
+			c.abandon(p, prog, vers, proc, start, timeouts, ErrClosed)
+			return ErrClosed
+		}
+	}
+}
+
+func (c *Client) acquire(ctx context.Context) error {
+	select {
+	case c.sem <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case c.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.closing:
+		return ErrClosed
+	}
+}
+
+// sendLocked queues p on the current connection, or, with none, makes sure
+// one is being established: the new connection sends every pending call.
+func (c *Client) sendLocked(p *pendingCall) {
+	if c.conn != nil {
+		p.conn = c.conn
+		c.conn.enqueue(p)
+		return
+	}
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Client) retransmit(p *pendingCall) {
+	c.mu.Lock()
+	if c.pending[p.xid] == p {
+		c.sendLocked(p)
+	}
+	c.mu.Unlock()
+}
+
+// majorTimeout resets the connection the call was last sent on, as a
+// connection that has stopped answering may be silently dead; the new one
+// resends every pending call. A connection younger than one timeout is left
+// alone, so that many calls timing out together do not each tear down the
+// replacement the first one caused.
+func (c *Client) majorTimeout(p *pendingCall) {
+	c.mu.Lock()
+	cc := c.conn
+	stale := cc != nil && p.conn == cc && time.Since(cc.established) >= c.opts.Timeout
+	if c.pending[p.xid] == p && cc != nil && !stale {
+		c.sendLocked(p)
+	}
+	c.mu.Unlock()
+	if stale {
+		cc.fail(errors.New("rpc: major timeout"))
+	}
+}
+
+// abandon ends a call that got no reply.
+func (c *Client) abandon(p *pendingCall, prog, vers, proc uint32, start time.Time, timeouts int, err error) {
+	c.mu.Lock()
+	if c.pending[p.xid] == p {
+		delete(c.pending, p.xid)
+	}
+	c.mu.Unlock()
+	c.observe(prog, vers, proc, start, p, timeouts, 0, err)
+	c.finish(p)
+}
+
+// finish drops the caller's reference to a call that is no longer pending.
+func (c *Client) finish(p *pendingCall) {
+	// Stopped before the call can go back to the pool and its timer be
+	// reset by another caller.
+	p.timer.Stop()
+	p.finished.Store(true)
+	select {
+	case <-p.reply: // delivered while the caller was giving up
+	default:
+	}
+	c.release(p)
+}
+
+func (c *Client) release(p *pendingCall) {
+	if p.refs.Add(-1) != 0 {
+		return
+	}
+	if cap(p.req) > maxPooledBuf {
+		return
+	}
+	p.req = p.req[:0]
+	p.finished.Store(false)
+	p.tx.Store(0)
+	p.firstSent.Store(0)
+	p.lastSent.Store(0)
+	p.conn = nil
+	p.dec.Reset(nil)
+	c.calls.Put(p)
+}
+
+func (c *Client) observe(prog, vers, proc uint32, start time.Time, p *pendingCall, timeouts, received int, err error) {
+	if c.opts.Observer == nil {
+		return
+	}
+	end := time.Now()
+	st := &CallStats{Prog: prog, Vers: vers, Proc: proc, Timeouts: timeouts, BytesReceived: received,
+		Execute: end.Sub(start), Queue: end.Sub(start), Err: err}
+	if p != nil {
+		st.Transmissions = int(p.tx.Load())
+		st.BytesSent = st.Transmissions * len(p.req)
+		if first := p.firstSent.Load(); first != 0 {
+			st.Queue = c.epoch.Add(time.Duration(first)).Sub(start)
+		}
+		if last := p.lastSent.Load(); last != 0 && received > 0 {
+			st.RTT = end.Sub(c.epoch.Add(time.Duration(last)))
+		}
+	}
+	c.opts.Observer(st)
+}
+
+// appendCallHeader appends a call header with a zero XID (filled in once
+// the XID is chosen) and an AUTH_NONE verifier.
+func appendCallHeader(b []byte, prog, vers, proc uint32, cred OpaqueAuth) []byte {
+	b = xdr.AppendUint32(b, 0)
+	b = xdr.AppendUint32(b, MsgCall)
+	b = xdr.AppendUint32(b, RPCVersion)
+	b = xdr.AppendUint32(b, prog)
+	b = xdr.AppendUint32(b, vers)
+	b = xdr.AppendUint32(b, proc)
+	b = cred.Append(b)
+	return NoAuth.Append(b)
+}
+
+// decodeReply interprets a reply record and decodes its results into res.
+// Bytes after the results are tolerated.
+func (c *Client) decodeReply(p *pendingCall, rec []byte, prog, vers, proc uint32, res Unmarshaler) error {
+	d := &p.dec
+	d.Reset(rec)
+	d.Uint32() // xid, already matched
+	d.Uint32() // REPLY, already checked
+	malformed := func() error {
+		err := d.Err()
+		if err == nil {
+			err = errors.New("unknown reply status")
+		}
+		return fmt.Errorf("rpc: malformed reply to prog %d vers %d proc %d: %w", prog, vers, proc, err)
+	}
+	switch d.Uint32() {
+	case MsgAccepted:
+		var verf OpaqueAuth
+		verf.Decode(d) // AUTH_NONE or AUTH_SYS: nothing to check
+		stat := AcceptStat(d.Uint32())
+		if d.Err() != nil {
+			return malformed()
+		}
+		switch stat {
+		case Success:
+			if res == nil {
+				return nil
+			}
+			res.Decode(d)
+			if err := d.Err(); err != nil {
+				return fmt.Errorf("rpc: decoding reply to prog %d vers %d proc %d: %w", prog, vers, proc, err)
+			}
+			return nil
+		case ProgMismatch:
+			low, high := d.Uint32(), d.Uint32()
+			if d.Err() != nil {
+				return malformed()
+			}
+			return &AcceptError{Stat: stat, Low: low, High: high}
+		default:
+			return &AcceptError{Stat: stat}
+		}
+	case MsgDenied:
+		switch d.Uint32() {
+		case RPCMismatch:
+			low, high := d.Uint32(), d.Uint32()
+			if d.Err() != nil {
+				return malformed()
+			}
+			return &DeniedError{RejectStat: RPCMismatch, Low: low, High: high}
+		case AuthError:
+			s := AuthStat(d.Uint32())
+			if d.Err() != nil {
+				return malformed()
+			}
+			return &DeniedError{RejectStat: AuthError, Auth: s}
+		}
+	}
+	return malformed()
+}
+
+// clientConn is one connection with its reader and writer goroutines.
+type clientConn struct {
+	c           *Client
+	nc          net.Conn
+	established time.Time
+	notify      chan struct{} // capacity 1: the queue is not empty
+	dead        chan struct{}
+	once        sync.Once
+	err         error       // why the connection died; set before dead is closed
+	replied     atomic.Bool // at least one reply arrived
+	wbuf        net.Buffers // the writer's; a field so that writev does not allocate it
+
+	qmu     sync.Mutex
+	q       []*pendingCall
+	qclosed bool
+}
+
+// install makes nc the current connection and queues every pending call on
+// it. It returns nil if the client was closed meanwhile.
+func (c *Client) install(nc net.Conn) *clientConn {
+	cc := &clientConn{
+		c:           c,
+		nc:          nc,
+		established: time.Now(),
+		notify:      make(chan struct{}, 1),
+		dead:        make(chan struct{}),
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		nc.Close()
+		return nil
+	}
+	c.conn = cc
+	c.wg.Add(2)
+	for _, p := range c.pending {
+		p.conn = cc
+		cc.enqueue(p)
+	}
+	c.mu.Unlock()
+	go cc.readLoop()
+	go cc.writeLoop()
+	return cc
+}
+
+// maintain re-establishes the connection whenever it breaks, once a call
+// needs it, backing off while attempts keep failing.
+func (c *Client) maintain(cc *clientConn) {
+	defer c.wg.Done()
+	var backoff time.Duration
+	for {
+		select {
+		case <-cc.dead:
+		case <-c.closing:
+			return
+		}
+		select {
+		case <-c.closing:
+			return
+		default:
+		}
+		c.mu.Lock()
+		if c.conn == cc {
+			c.conn = nil
+		}
+		c.mu.Unlock()
+		if cc.replied.Load() {
+			backoff = 0 // it worked for a while: try again at once
+		}
+		c.logf("rpc: connection to %s lost: %v", c.server, cc.err)
+		for cc = nil; cc == nil; {
+			if backoff > 0 {
+				select {
+				case <-time.After(backoff):
+				case <-c.closing:
+					return
+				}
+			}
+			backoff = min(max(2*backoff, 100*time.Millisecond), maxReconnectBackoff)
+			if !c.awaitWork() {
+				return
+			}
+			ctx, cancel := context.WithTimeout(c.ctx, c.opts.Timeout)
+			nc, err := c.opts.Dial(ctx)
+			cancel()
+			if err != nil {
+				if c.ctx.Err() != nil {
+					return
+				}
+				c.logf("rpc: reconnecting to %s: %v", c.server, err)
+				continue
+			}
+			if cc = c.install(nc); cc == nil {
+				return
+			}
+		}
+	}
+}
+
+// awaitWork waits until some call is pending; it reports false when the
+// client is closed.
+func (c *Client) awaitWork() bool {
+	for {
+		c.mu.Lock()
+		n := len(c.pending)
+		c.mu.Unlock()
+		if n > 0 {
+			return true
+		}
+		select {
+		case <-c.wake:
+		case <-c.closing:
+			return false
+		}
+	}
+}
+
+// enqueue queues a transmission of p. It never blocks.
+func (cc *clientConn) enqueue(p *pendingCall) {
+	cc.qmu.Lock()
+	if !cc.qclosed {
+		p.refs.Add(1)
+		cc.q = append(cc.q, p)
+	}
+	cc.qmu.Unlock()
+	select {
+	case cc.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (cc *clientConn) fail(err error) {
+	cc.once.Do(func() {
+		cc.err = err
+		close(cc.dead)
+		cc.nc.Close()
+	})
+}
+
+// writeLoop sends queued requests, gathering whatever is queued into one
+// writev. Callers never wait for it: a connection that stops taking data
+// blocks only this goroutine, until the connection is failed.
+func (cc *clientConn) writeLoop() {
+	c := cc.c
+	defer c.wg.Done()
+	var batch []*pendingCall
+	var bufs net.Buffers
+	for {
+		select {
+		case <-cc.notify:
+		case <-cc.dead:
+			cc.qmu.Lock()
+			cc.qclosed = true
+			rest := cc.q
+			cc.q = nil
+			cc.qmu.Unlock()
+			for _, p := range rest {
+				c.release(p)
+			}
+			return
+		}
+		cc.qmu.Lock()
+		batch, cc.q = cc.q, batch[:0]
+		cc.qmu.Unlock()
+		now := c.now()
+		for _, p := range batch {
+			if p.finished.Load() {
+				continue
+			}
+			p.tx.Add(1)
+			p.firstSent.CompareAndSwap(0, now)
+			p.lastSent.Store(now)
+			bufs = append(bufs, p.req)
+		}
+		var err error
+		if len(bufs) > 0 {
+			cc.wbuf = bufs // WriteTo consumes its receiver
+			_, err = cc.wbuf.WriteTo(cc.nc)
+		}
+		clear(bufs)
+		bufs = bufs[:0]
+		for i, p := range batch {
+			c.release(p)
+			batch[i] = nil
+		}
+		if err != nil {
+			cc.fail(fmt.Errorf("writing requests: %w", err))
+		}
+	}
+}
+
+// readLoop matches replies to pending calls by XID. A reply nobody waits
+// for (its call timed out or was cancelled) is dropped.
+func (cc *clientConn) readLoop() {
+	c := cc.c
+	defer c.wg.Done()
+	br := bufio.NewReaderSize(cc.nc, 64<<10)
+	for {
+		rec, err := readRecord(br, nil, c.maxRecord, c.maxRecord)
+		if err != nil {
+			cc.fail(fmt.Errorf("reading replies: %w", err))
+			return
+		}
+		if len(rec) < 8 || binary.BigEndian.Uint32(rec[4:]) != MsgReply {
+			continue
+		}
+		xid := binary.BigEndian.Uint32(rec)
+		c.mu.Lock()
+		if p := c.pending[xid]; p != nil {
+			delete(c.pending, xid)
+			// Under the lock, so that a caller giving up either finds
+			// the call still pending or finds the reply in the channel.
+			select {
+			case p.reply <- rec:
+			default: // cannot happen: one delivery per registration
+			}
+		}
+		c.mu.Unlock()
+		cc.replied.Store(true)
+		if c.unresponsive.Load() && c.unresponsive.CompareAndSwap(true, false) {
+			c.logf("rpc: server %s OK", c.server)
+		}
+	}
+}

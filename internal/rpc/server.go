@@ -1,0 +1,709 @@
+package rpc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"hushfs/internal/xdr"
+)
+
+// ConnInfo describes the connection a call arrived on.
+type ConnInfo struct {
+	RemoteAddr, LocalAddr net.Addr
+}
+
+// Call is a decoded call as handed to a Handler. The server reuses Call
+// values and their buffers: nothing in a Call may be retained after the
+// handler returns.
+type Call struct {
+	XID              uint32
+	Prog, Vers, Proc uint32
+	Cred, Verf       OpaqueAuth // bodies alias the record buffer
+	Args             []byte     // procedure arguments; alias the record buffer, valid until the handler returns
+	Conn             *ConnInfo
+}
+
+// Handler serves the procedures of one program version. Handlers run
+// concurrently, on a pool shared by all connections. The context passed to
+// ServeRPC is cancelled when the call's connection breaks or the server is
+// closed.
+type Handler interface {
+	// ServeRPC appends the procedure's results to reply, which already holds
+	// the accepted-reply header (xid, REPLY, MSG_ACCEPTED, AUTH_NONE verifier,
+	// SUCCESS), and returns it. If it returns an error of type *AcceptError
+	// (ProcUnavail, GarbageArgs, SystemErr) or *DeniedError (AuthError), the
+	// server discards what was appended and sends that reply instead; ErrDrop
+	// means send no reply at all; any other error is logged and answered with
+	// SYSTEM_ERR.
+	ServeRPC(ctx context.Context, call *Call, reply []byte) ([]byte, error)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, call *Call, reply []byte) ([]byte, error)
+
+// ServeRPC calls f.
+func (f HandlerFunc) ServeRPC(ctx context.Context, call *Call, reply []byte) ([]byte, error) {
+	return f(ctx, call, reply)
+}
+
+// Errors a handler returns to select a reply other than SUCCESS.
+var (
+	ErrProcUnavail = &AcceptError{Stat: ProcUnavail}
+	ErrGarbageArgs = &AcceptError{Stat: GarbageArgs}
+	ErrSystem      = &AcceptError{Stat: SystemErr}
+	ErrDrop        = errors.New("rpc: drop reply")
+)
+
+// AuthErr returns the error that makes the server deny a call with
+// AUTH_ERROR and auth_stat s.
+func AuthErr(s AuthStat) error {
+	return &DeniedError{RejectStat: AuthError, Auth: s}
+}
+
+// ServerOptions configures a Server. Zero values select the defaults.
+type ServerOptions struct {
+	MaxRecord          int                              // largest call record accepted; default DefaultMaxRecord
+	Workers            int                              // handler goroutines shared by all connections, default 64
+	MaxInFlightPerConn int                              // the reader stops reading a connection at this many unanswered calls (back-pressure), default 32
+	MaxConns           int                              // 0 = default 1024; extra connections are closed at accept
+	IdleTimeout        time.Duration                    // close a connection idle this long, 0 = never; also bounds a blocked reply write
+	Logf               func(format string, args ...any) // nil = discard
+}
+
+// Server serves registered programs over any number of listeners.
+//
+// Each connection has a reader goroutine, which parses calls and hands them
+// to a pool of worker goroutines shared by all connections, and a writer
+// goroutine, which sends replies in the order they complete. Workers never
+// write to sockets, so a client that stops reading blocks only its own
+// connection, never the pool.
+type Server struct {
+	opts ServerOptions
+	logf func(format string, args ...any)
+
+	progs atomic.Pointer[progTable]
+
+	work     chan *job
+	workerWG sync.WaitGroup
+	connWG   sync.WaitGroup
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	started   bool
+	closed    bool
+	listeners map[net.Listener]struct{}
+	conns     map[*serverConn]struct{}
+
+	jobs    sync.Pool // *job, each with its record buffer
+	replies sync.Pool // *replyBuf
+}
+
+// progTable maps program numbers to their versions. It is replaced, never
+// modified, so the per-call lookup takes no lock.
+type progTable map[uint32][]progVers
+
+type progVers struct {
+	vers uint32
+	h    Handler
+}
+
+// NewServer returns a server with no programs registered.
+func NewServer(opts ServerOptions) *Server {
+	if opts.MaxRecord <= 0 {
+		opts.MaxRecord = DefaultMaxRecord
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 64
+	}
+	if opts.MaxInFlightPerConn <= 0 {
+		opts.MaxInFlightPerConn = 32
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 1024
+	}
+	s := &Server{
+		opts:      opts,
+		logf:      opts.Logf,
+		work:      make(chan *job, opts.Workers),
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[*serverConn]struct{}),
+	}
+	if s.logf == nil {
+		s.logf = func(string, ...any) {}
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.progs.Store(&progTable{})
+	s.jobs.New = func() any { return &job{rec: make([]byte, 0, 4<<10)} }
+	s.replies.New = func() any { return &replyBuf{b: make([]byte, 0, 1<<10)} }
+	return s
+}
+
+// Register serves version vers of program prog with h; registering the same
+// program and version again replaces the handler. It is meant to be called
+// before Serve, but is safe at any time: calls read after it returns see it.
+func (s *Server) Register(prog, vers uint32, h Handler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.progs.Load()
+	t := make(progTable, len(old)+1)
+	for p, vs := range old {
+		t[p] = vs
+	}
+	vs := slices.DeleteFunc(slices.Clone(t[prog]), func(v progVers) bool { return v.vers == vers })
+	t[prog] = append(vs, progVers{vers, h})
+	s.progs.Store(&t)
+}
+
+// Serve accepts connections on l until l fails or the server is closed. It
+// may be called for several listeners at once. It returns nil after Close.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return nil
+	}
+	if !s.started {
+		s.started = true
+		s.workerWG.Add(s.opts.Workers)
+		for range s.opts.Workers {
+			go s.worker()
+		}
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+	}()
+
+	var delay time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			if s.isClosed() {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("rpc: accept: %w", err)
+			}
+			// Anything else (EMFILE, ECONNABORTED, ...) may pass: back off
+			// rather than spin or give up.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.logf("rpc: accept on %v: %v; retrying in %v", l.Addr(), err, delay)
+			select {
+			case <-time.After(delay):
+			case <-s.ctx.Done():
+				return nil
+			}
+			continue
+		}
+		delay = 0
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return nil
+		}
+		if len(s.conns) >= s.opts.MaxConns {
+			s.mu.Unlock()
+			s.logf("rpc: refusing connection from %v: %d connections open", nc.RemoteAddr(), s.opts.MaxConns)
+			nc.Close()
+			continue
+		}
+		c := s.newConn(nc)
+		s.conns[c] = struct{}{}
+		s.connWG.Add(2)
+		s.mu.Unlock()
+		go c.readLoop()
+		go c.writeLoop()
+	}
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Close stops all listeners and connections, cancels the handlers' contexts
+// and waits for running handlers to return.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	var err error
+	for l := range s.listeners {
+		if e := l.Close(); e != nil && !errors.Is(e, net.ErrClosed) && err == nil {
+			err = fmt.Errorf("rpc: closing listener %v: %w", l.Addr(), e)
+		}
+	}
+	conns := make([]*serverConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+
+	s.cancel()
+	for _, c := range conns {
+		c.close()
+	}
+	// Readers are the only senders on s.work: once they are gone it can be
+	// closed, and the workers finish what is queued and exit.
+	s.connWG.Wait()
+	close(s.work)
+	s.workerWG.Wait()
+	return err
+}
+
+// job is one call on its way through a worker. It owns the record buffer
+// that Call's slices alias.
+type job struct {
+	c    *serverConn
+	h    Handler
+	call Call
+	rec  []byte
+}
+
+type replyBuf struct{ b []byte }
+
+// maxPooledBuf keeps buffers of unusual size (beyond a maximal record) out of
+// the pools.
+const maxPooledBuf = DefaultMaxRecord + 64<<10
+
+func (s *Server) getJob() *job { return s.jobs.Get().(*job) }
+
+func (s *Server) putJob(j *job) {
+	if cap(j.rec) > maxPooledBuf {
+		return
+	}
+	j.c, j.h = nil, nil
+	j.call = Call{}
+	j.rec = j.rec[:0]
+	s.jobs.Put(j)
+}
+
+func (s *Server) getReply() *replyBuf { return s.replies.Get().(*replyBuf) }
+
+func (s *Server) putReply(r *replyBuf) {
+	if cap(r.b) > maxPooledBuf {
+		return
+	}
+	r.b = r.b[:0]
+	s.replies.Put(r)
+}
+
+// serverConn is one accepted connection.
+type serverConn struct {
+	s    *Server
+	nc   net.Conn
+	info ConnInfo
+	ctx  context.Context
+	stop context.CancelFunc
+
+	// slots holds one token per call read but not yet answered (or
+	// dropped): the reader blocks when it is full.
+	slots chan struct{}
+	// replies never blocks a sender: its capacity equals slots', and every
+	// reply in it holds a slot.
+	replies chan *replyBuf
+
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (s *Server) newConn(nc net.Conn) *serverConn {
+	c := &serverConn{
+		s:       s,
+		nc:      nc,
+		info:    ConnInfo{RemoteAddr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()},
+		slots:   make(chan struct{}, s.opts.MaxInFlightPerConn),
+		replies: make(chan *replyBuf, s.opts.MaxInFlightPerConn),
+		done:    make(chan struct{}),
+	}
+	c.ctx, c.stop = context.WithCancel(s.ctx)
+	return c
+}
+
+// close shuts the connection down; it is safe to call more than once and
+// from any goroutine.
+func (c *serverConn) close() {
+	c.closeOnce.Do(func() {
+		close(c.done)
+		c.stop()
+		c.nc.Close()
+	})
+}
+
+func (c *serverConn) release() { <-c.slots }
+
+func (c *serverConn) readLoop() {
+	s := c.s
+	defer s.connWG.Done()
+	defer func() {
+		c.close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+	br := bufio.NewReaderSize(c.nc, 32<<10)
+	for {
+		select {
+		case c.slots <- struct{}{}:
+		case <-c.done:
+			return
+		}
+		if err := c.awaitRecord(br); err != nil {
+			if errors.Is(err, io.EOF) {
+				c.drain()
+			} else if !c.closing() {
+				s.logf("rpc: connection from %v: %v", c.info.RemoteAddr, err)
+			}
+			return
+		}
+		j := s.getJob()
+		rec, err := ReadRecord(br, j.rec, s.opts.MaxRecord)
+		j.rec = rec
+		if err != nil {
+			s.putJob(j)
+			if errors.Is(err, io.EOF) {
+				c.drain()
+			} else if !c.closing() {
+				s.logf("rpc: closing connection from %v: %v", c.info.RemoteAddr, err)
+			}
+			return
+		}
+		rb := s.getReply()
+		h, out, v := s.decodeCall(rec, &j.call, rb.b[:0])
+		rb.b = out
+		switch v {
+		case verdictDispatch:
+			s.putReply(rb)
+			j.call.Conn = &c.info
+			j.c, j.h = c, h
+			select {
+			case s.work <- j:
+			case <-c.done:
+				s.putJob(j)
+				return
+			}
+		case verdictReply:
+			s.putJob(j)
+			c.replies <- rb
+		case verdictIgnore:
+			s.putJob(j)
+			s.putReply(rb)
+			c.release()
+		default:
+			s.putJob(j)
+			s.putReply(rb)
+			s.logf("rpc: closing connection from %v: malformed call header", c.info.RemoteAddr)
+			return
+		}
+	}
+}
+
+func (c *serverConn) closing() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// awaitRecord waits for the first byte of the next record, enforcing the
+// idle timeout: the connection is idle only while no call is in flight, so a
+// client waiting on a slow reply is not cut off. Once a record has started,
+// it must complete within another idle period.
+func (c *serverConn) awaitRecord(br *bufio.Reader) error {
+	idle := c.s.opts.IdleTimeout
+	if idle <= 0 {
+		return nil
+	}
+	for {
+		if err := c.nc.SetReadDeadline(time.Now().Add(idle)); err != nil {
+			return err
+		}
+		_, err := br.Peek(1)
+		if err == nil {
+			return c.nc.SetReadDeadline(time.Now().Add(idle))
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			return err
+		}
+		if len(c.slots) <= 1 { // only this reader's own token
+			return fmt.Errorf("idle for %v", idle)
+		}
+	}
+}
+
+// drain waits, after the client closed its side cleanly, until every call
+// read so far is answered: taking all the tokens means none is in flight.
+func (c *serverConn) drain() {
+	for i := 1; i < cap(c.slots); i++ {
+		select {
+		case c.slots <- struct{}{}:
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// writeLoop sends replies as they complete. Whatever has queued up goes out
+// in one writev; each reply is one contiguous record, never split between
+// calls.
+func (c *serverConn) writeLoop() {
+	defer c.s.connWG.Done()
+	var batch []*replyBuf
+	var bufs, wb net.Buffers
+	for {
+		select {
+		case rb := <-c.replies:
+			batch = append(batch[:0], rb)
+		case <-c.done:
+			return
+		}
+	more:
+		for len(batch) < cap(c.replies) {
+			select {
+			case rb := <-c.replies:
+				batch = append(batch, rb)
+			default:
+				break more
+			}
+		}
+		bufs = bufs[:0]
+		for _, rb := range batch {
+			bufs = append(bufs, rb.b)
+		}
+		if idle := c.s.opts.IdleTimeout; idle > 0 {
+			_ = c.nc.SetWriteDeadline(time.Now().Add(idle))
+		}
+		wb = bufs // WriteTo consumes its receiver
+		_, err := wb.WriteTo(c.nc)
+		clear(bufs)
+		for i, rb := range batch {
+			c.s.putReply(rb)
+			c.release()
+			batch[i] = nil
+		}
+		if err != nil {
+			if !c.closing() {
+				c.s.logf("rpc: writing replies to %v: %v", c.info.RemoteAddr, err)
+			}
+			c.close()
+			return
+		}
+	}
+}
+
+func (s *Server) worker() {
+	defer s.workerWG.Done()
+	for j := range s.work {
+		s.run(j)
+	}
+}
+
+// run executes one call and queues its reply.
+func (s *Server) run(j *job) {
+	c := j.c
+	rb := s.getReply()
+	b, start := BeginRecord(rb.b[:0])
+	b = appendAccepted(b, j.call.XID, Success)
+	out, err := s.invoke(c.ctx, j, b)
+	if err == nil && len(out) < len(b) {
+		err = fmt.Errorf("handler returned a reply shorter than its header (%d < %d bytes)", len(out), len(b))
+	}
+	if err == nil {
+		b = out
+	} else {
+		var ae *AcceptError
+		var de *DeniedError
+		switch {
+		case errors.Is(err, ErrDrop):
+			rb.b = b
+			s.putReply(rb)
+			s.putJob(j)
+			c.release()
+			return
+		case errors.As(err, &ae):
+			b = appendAcceptError(b[:start+4], j.call.XID, ae)
+		case errors.As(err, &de):
+			b = appendDenied(b[:start+4], j.call.XID, de)
+		default:
+			s.logf("rpc: prog %d vers %d proc %d from %v: %v",
+				j.call.Prog, j.call.Vers, j.call.Proc, c.info.RemoteAddr, err)
+			b = appendAccepted(b[:start+4], j.call.XID, SystemErr)
+		}
+	}
+	FinishRecord(b, start)
+	rb.b = b
+	s.putJob(j)
+	c.replies <- rb
+}
+
+// invoke calls the handler, turning a panic into an error so that no
+// handler can bring the server down.
+func (s *Server) invoke(ctx context.Context, j *job, reply []byte) (out []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, fmt.Errorf("handler panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return j.h.ServeRPC(ctx, &j.call, reply)
+}
+
+// verdict is what the connection does with a record.
+type verdict int
+
+const (
+	verdictDispatch verdict = iota // a valid call: run the handler
+	verdictReply                   // answered already (an error reply)
+	verdictIgnore                  // not a call (a stray reply): skip it
+	verdictClose                   // unparseable: close the connection
+)
+
+// decodeCall parses a call record into call. With verdictDispatch it returns
+// the handler; with verdictReply it returns reply extended by a complete reply
+// record (record mark included). It never panics and retains nothing.
+//
+// Credentials: AUTH_NONE and AUTH_SYS are accepted. Any other flavor is
+// denied with AUTH_REJECTEDCRED, which tells a client to start over with a
+// credential of another kind. A credential whose body is malformed (beyond
+// the 400-byte limit, or AUTH_SYS that is not exactly one authsys_parms
+// within its limits) is denied with AUTH_BADCRED, a malformed verifier with
+// AUTH_BADVERF. The verifier's flavor is not checked: with AUTH_NONE and
+// AUTH_SYS it carries nothing.
+func (s *Server) decodeCall(rec []byte, call *Call, reply []byte) (Handler, []byte, verdict) {
+	var d xdr.Decoder
+	d.Reset(rec)
+	xid := d.Uint32()
+	mtype := d.Uint32()
+	if d.Err() != nil {
+		return nil, reply, verdictClose
+	}
+	switch mtype {
+	case MsgCall:
+	case MsgReply:
+		return nil, reply, verdictIgnore
+	default:
+		return nil, reply, verdictClose
+	}
+	rpcvers := d.Uint32()
+	if d.Err() != nil {
+		return nil, reply, verdictClose
+	}
+	if rpcvers != RPCVersion {
+		return nil, denyReply(reply, xid, &DeniedError{RejectStat: RPCMismatch, Low: RPCVersion, High: RPCVersion}), verdictReply
+	}
+	prog, vers, proc := d.Uint32(), d.Uint32(), d.Uint32()
+	if d.Err() != nil {
+		return nil, reply, verdictClose
+	}
+	var cred, verf OpaqueAuth
+	cred.Decode(&d)
+	if d.Err() != nil {
+		return nil, denyReply(reply, xid, &DeniedError{RejectStat: AuthError, Auth: AuthBadCred}), verdictReply
+	}
+	verf.Decode(&d)
+	if d.Err() != nil {
+		return nil, denyReply(reply, xid, &DeniedError{RejectStat: AuthError, Auth: AuthBadVerf}), verdictReply
+	}
+	switch cred.Flavor {
+	case AuthNone:
+	case AuthSys:
+		if !validAuthSys(cred.Body) {
+			return nil, denyReply(reply, xid, &DeniedError{RejectStat: AuthError, Auth: AuthBadCred}), verdictReply
+		}
+	default:
+		return nil, denyReply(reply, xid, &DeniedError{RejectStat: AuthError, Auth: AuthRejectedCred}), verdictReply
+	}
+	versions := (*s.progs.Load())[prog]
+	if len(versions) == 0 {
+		return nil, acceptReply(reply, xid, &AcceptError{Stat: ProgUnavail}), verdictReply
+	}
+	var h Handler
+	low, high := versions[0].vers, versions[0].vers
+	for _, v := range versions {
+		if v.vers == vers {
+			h = v.h
+		}
+		low, high = min(low, v.vers), max(high, v.vers)
+	}
+	if h == nil {
+		return nil, acceptReply(reply, xid, &AcceptError{Stat: ProgMismatch, Low: low, High: high}), verdictReply
+	}
+	*call = Call{XID: xid, Prog: prog, Vers: vers, Proc: proc, Cred: cred, Verf: verf, Args: d.Rest()}
+	return h, reply, verdictDispatch
+}
+
+// appendAccepted appends an accepted reply header with AUTH_NONE verifier and
+// the given accept_stat.
+func appendAccepted(b []byte, xid uint32, stat AcceptStat) []byte {
+	b = xdr.AppendUint32(b, xid)
+	b = xdr.AppendUint32(b, MsgReply)
+	b = xdr.AppendUint32(b, MsgAccepted)
+	b = NoAuth.Append(b)
+	return xdr.AppendUint32(b, uint32(stat))
+}
+
+func appendAcceptError(b []byte, xid uint32, e *AcceptError) []byte {
+	stat := e.Stat
+	if stat == Success { // would be read as results: make it an honest failure
+		stat = SystemErr
+	}
+	b = appendAccepted(b, xid, stat)
+	if stat == ProgMismatch {
+		b = xdr.AppendUint32(b, e.Low)
+		b = xdr.AppendUint32(b, e.High)
+	}
+	return b
+}
+
+func appendDenied(b []byte, xid uint32, e *DeniedError) []byte {
+	b = xdr.AppendUint32(b, xid)
+	b = xdr.AppendUint32(b, MsgReply)
+	b = xdr.AppendUint32(b, MsgDenied)
+	switch e.RejectStat {
+	case RPCMismatch:
+		b = xdr.AppendUint32(b, RPCMismatch)
+		b = xdr.AppendUint32(b, e.Low)
+		b = xdr.AppendUint32(b, e.High)
+	default:
+		b = xdr.AppendUint32(b, AuthError)
+		b = xdr.AppendUint32(b, uint32(e.Auth))
+	}
+	return b
+}
+
+// acceptReply and denyReply append a complete record holding the reply.
+func acceptReply(b []byte, xid uint32, e *AcceptError) []byte {
+	b, start := BeginRecord(b)
+	b = appendAcceptError(b, xid, e)
+	FinishRecord(b, start)
+	return b
+}
+
+func denyReply(b []byte, xid uint32, e *DeniedError) []byte {
+	b, start := BeginRecord(b)
+	b = appendDenied(b, xid, e)
+	FinishRecord(b, start)
+	return b
+}
