@@ -241,6 +241,11 @@ func (fs *FS) RootFH() nfs3.FH { return fs.rootFH }
 // Stats returns the per-procedure RPC statistics since mount.
 func (fs *FS) Stats() *Stats { return fs.stats }
 
+// NodeCount returns the number of nodes the mount knows (the root, every
+// node the kernel holds a reference to, every open one), for diagnostics
+// and for tests that check references are balanced.
+func (fs *FS) NodeCount() int { return fs.nodes.count() }
+
 // TransferSizes returns rsize, wsize and the directory transfer size in use.
 func (fs *FS) TransferSizes() (rsize, wsize, dtpref uint32) { return fs.rsize, fs.wsize, fs.dtpref }
 
