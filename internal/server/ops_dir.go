@@ -1,0 +1,511 @@
+package server
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+
+	"golang.org/x/sys/unix"
+
+	"hushfs/internal/nfs3"
+)
+
+func (s *Server) lookup(id *identity, a *nfs3.LookupArgs) (r nfs3.LookupRes) {
+	dir, err := s.resolve(a.What.Dir)
+	if err != nil {
+		r.Status = s.statusOf(err)
+		return r
+	}
+	defer s.cache.release(dir)
+	var dst unix.Stat_t
+	if err := s.stat(dir, &dst); err != nil {
+		r.Status = s.statusOf(err)
+		return r
+	}
+	r.DirAttr = s.postOp(&dst)
+	if !dir.isDir() {
+		r.Status = nfs3.ErrNotDir
+		return r
+	}
+	if err := checkName(a.What.Name); err != nil {
+		r.Status = s.statusOf(err)
+		return r
+	}
+	name := string(a.What.Name)
+	var child *node
+	err = s.as(id, func() error {
+		if name == ".." && dir.isRoot {
+			// The export root is its own parent: nothing above it is
+			// reachable. Looking it up still needs search permission.
+			if err := accessOK(dir.fd, unix.X_OK); err != nil {
+				return err
+			}
+			s.cache.mu.Lock()
+			dir.refs++
+			s.cache.mu.Unlock()
+			child = dir
+			return nil
+		}
+		fd, err := openEntry(dir.fd, name, 0)
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		child, err = s.nodeFromFd(fd, &st)
+		return err
+	})
+	if err != nil {
+		r.Status = s.statusOf(err)
+		return r
+	}
+	defer s.cache.release(child)
+	var st unix.Stat_t
+	if err := s.stat(child, &st); err != nil {
+		r.Status = s.statusOf(err)
+		return r
+	}
+	r.Obj = child.fh
+	r.ObjAttr = s.postOp(&st)
+	return r
+}
+
+// dirOp holds what every procedure that changes a directory does first:
+// resolve the directory, take its pre-operation attributes, refuse on a
+// read-only export or a non-directory, validate the name.
+type dirOp struct {
+	dir *node
+	wcc nfs3.WccData
+}
+
+// begin starts a directory operation. On failure it returns the status to
+// reply with (wcc filled as far as known) and no node to release.
+func (s *Server) beginDirOp(fh nfs3.FH, name []byte, creating bool) (*dirOp, nfs3.Status) {
+	dir, err := s.resolve(fh)
+	if err != nil {
+		return &dirOp{}, s.statusOf(err)
+	}
+	op := &dirOp{dir: dir}
+	var st unix.Stat_t
+	if err := s.stat(dir, &st); err != nil {
+		s.cache.release(dir)
+		return &dirOp{}, s.statusOf(err)
+	}
+	op.wcc.Before = preOp(&st)
+	status := nfs3.OK
+	switch {
+	case s.readOnly:
+		status = nfs3.ErrROFS
+	case !dir.isDir():
+		status = nfs3.ErrNotDir
+	default:
+		if err := checkName(name); err != nil {
+			status = s.statusOf(err)
+		} else if isDot(name) {
+			// "." and ".." always exist; they are not ordinary entries to
+			// remove or rename.
+			status = nfs3.ErrInval
+			if creating {
+				status = nfs3.ErrExist
+			}
+		}
+	}
+	if status != nfs3.OK {
+		op.wcc.After = s.postOp(&st)
+		s.cache.release(dir)
+		return &dirOp{wcc: op.wcc}, status
+	}
+	return op, nfs3.OK
+}
+
+// end takes the directory's post-operation attributes and releases it.
+func (s *Server) endDirOp(op *dirOp) {
+	if op.dir == nil {
+		return
+	}
+	op.wcc.After = s.postOpOf(op.dir)
+	s.cache.release(op.dir)
+	op.dir = nil
+}
+
+// newEntry finishes making an entry: it opens the new object as O_PATH
+// (checking it is of the type made), applies the attributes, and returns its
+// node. It runs with the caller's credentials.
+func (s *Server) newEntry(id *identity, dir *node, name string, ftype uint32, sa *nfs3.Sattr) (*node, error) {
+	extra := 0
+	if ftype == unix.S_IFDIR {
+		extra = unix.O_DIRECTORY
+	}
+	fd, err := openEntry(dir.fd, name, extra)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != ftype {
+		unix.Close(fd) // replaced under us by a local process
+		return nil, nfs3.ErrExist
+	}
+	if err := s.applySattr(id, fd, &st, sa, -1); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return s.nodeFromFd(fd, &st)
+}
+
+// creationSattr is the attributes to apply to a new object: the client's,
+// with the mode always set so that the server's umask does not change it.
+// A directory keeps the set-group-ID bit it inherits from its parent.
+func creationSattr(sa *nfs3.Sattr, defMode uint32, st *unix.Stat_t) nfs3.Sattr {
+	out := *sa
+	out.SetSize = false
+	if !out.SetMode {
+		out.SetMode, out.Mode = true, defMode
+	}
+	out.Mode &= 0o7777
+	if st != nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		out.Mode |= st.Mode & unix.S_ISGID
+	}
+	return out
+}
+
+// dirOpReply fills a CREATE/MKDIR/SYMLINK/MKNOD result.
+func (s *Server) dirOpReply(op *dirOp, child *node, err error) (r nfs3.DirOpRes) {
+	if err == nil {
+		if cerr := s.commitMeta(op.dir); cerr != nil {
+			s.cache.release(child)
+			err = cerr
+		}
+	}
+	if err == nil {
+		var st unix.Stat_t
+		if e := unix.Fstat(child.fd, &st); e == nil {
+			r.ObjAttr = s.postOp(&st)
+		}
+		r.Obj = nfs3.PostOpFH{Present: true, FH: child.fh}
+		s.cache.release(child)
+	} else {
+		r.Status = s.statusOf(err)
+	}
+	s.endDirOp(op)
+	r.DirWcc = op.wcc
+	return r
+}
+
+// exclusiveTimes is where an EXCLUSIVE create keeps the client's verifier
+// until the client's SETATTR replaces it: in the new file's mtime and atime
+// seconds (31 bits each, so the times stay positive).
+func exclusiveTimes(v nfs3.Verf) (mtime, atime int64) {
+	return int64(binary.BigEndian.Uint32(v[0:4]) & 0x7fffffff),
+		int64(binary.BigEndian.Uint32(v[4:8]) & 0x7fffffff)
+}
+
+func (s *Server) create(id *identity, a *nfs3.CreateArgs) nfs3.CreateRes {
+	op, status := s.beginDirOp(a.Where.Dir, a.Where.Name, true)
+	if status != nfs3.OK {
+		return nfs3.CreateRes{Status: status, DirWcc: op.wcc}
+	}
+	dir, name := op.dir, string(a.Where.Name)
+	var child *node
+	err := s.as(id, func() (err error) {
+		mode := uint32(defaultFileMode)
+		if a.Mode == nfs3.Exclusive {
+			mode = 0o600 // until the client's SETATTR sets the real mode
+		} else if a.Attr.SetMode {
+			mode = a.Attr.Mode & 0o7777
+		}
+		fd, err := unix.Openat(dir.fd, name,
+			unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK, mode)
+		if errors.Is(err, unix.EEXIST) {
+			child, err = s.createExisting(id, dir, name, a)
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		if a.Mode == nfs3.Exclusive {
+			mt, at := exclusiveTimes(a.Verf)
+			ts := []unix.Timespec{{Sec: at}, {Sec: mt}}
+			if err := unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH); err != nil {
+				return err
+			}
+		} else {
+			sa := creationSattr(&a.Attr, mode, nil)
+			if a.Attr.SetSize && a.Attr.Size != 0 {
+				sa.SetSize, sa.Size = true, a.Attr.Size
+			}
+			// fd is open for writing (a new file's creator gets that
+			// whatever the mode), so truncating needs no permission check.
+			if err := s.applySattr(&identity{}, fd, &st, &sa, fd); err != nil {
+				return err
+			}
+		}
+		pfd, err := unix.Open(procFdPath(fd), unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		if err := unix.Fstat(pfd, &st); err != nil {
+			unix.Close(pfd)
+			return err
+		}
+		child, err = s.nodeFromFd(pfd, &st)
+		return err
+	})
+	return s.dirOpReply(op, child, err)
+}
+
+// createExisting handles CREATE of a name that exists: GUARDED fails;
+// UNCHECKED opens the existing regular file, truncating it if asked;
+// EXCLUSIVE succeeds only if the file is the one an earlier transmission of
+// the same request created (its times hold the verifier), so a retransmitted
+// create gets the same file. Runs with the caller's credentials.
+func (s *Server) createExisting(id *identity, dir *node, name string, a *nfs3.CreateArgs) (*node, error) {
+	if a.Mode == nfs3.Guarded {
+		return nil, nfs3.ErrExist
+	}
+	fd, err := openEntry(dir.fd, name, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, nfs3.ErrExist // removed meanwhile; let the client retry
+		}
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, nfs3.ErrExist
+	}
+	switch a.Mode {
+	case nfs3.Exclusive:
+		mt, at := exclusiveTimes(a.Verf)
+		if st.Mtim.Sec != mt || st.Atim.Sec != at || st.Size != 0 {
+			unix.Close(fd)
+			return nil, nfs3.ErrExist
+		}
+	case nfs3.Unchecked:
+		if a.Attr.SetSize {
+			sa := nfs3.Sattr{SetSize: true, Size: a.Attr.Size}
+			if err := s.applySattr(id, fd, &st, &sa, -1); err != nil {
+				unix.Close(fd)
+				return nil, err
+			}
+		}
+	}
+	return s.nodeFromFd(fd, &st)
+}
+
+func (s *Server) mkdir(id *identity, a *nfs3.MkdirArgs) nfs3.MkdirRes {
+	op, status := s.beginDirOp(a.Where.Dir, a.Where.Name, true)
+	if status != nfs3.OK {
+		return nfs3.MkdirRes{Status: status, DirWcc: op.wcc}
+	}
+	dir, name := op.dir, string(a.Where.Name)
+	var child *node
+	err := s.as(id, func() (err error) {
+		sa := creationSattr(&a.Attr, defaultDirMode, nil)
+		if err := unix.Mkdirat(dir.fd, name, sa.Mode&0o1777); err != nil {
+			return err
+		}
+		// The new directory may have inherited set-group-ID: keep it.
+		var st unix.Stat_t
+		if err := unix.Fstatat(dir.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			sa = creationSattr(&a.Attr, defaultDirMode, &st)
+		}
+		child, err = s.newEntry(id, dir, name, unix.S_IFDIR, &sa)
+		return err
+	})
+	return s.dirOpReply(op, child, err)
+}
+
+func (s *Server) symlink(id *identity, a *nfs3.SymlinkArgs) nfs3.SymlinkRes {
+	op, status := s.beginDirOp(a.Where.Dir, a.Where.Name, true)
+	if status != nfs3.OK {
+		return nfs3.SymlinkRes{Status: status, DirWcc: op.wcc}
+	}
+	if len(a.Data) == 0 || bytes.IndexByte(a.Data, 0) >= 0 {
+		s.endDirOp(op)
+		return nfs3.SymlinkRes{Status: nfs3.ErrInval, DirWcc: op.wcc}
+	}
+	dir, name := op.dir, string(a.Where.Name)
+	var child *node
+	err := s.as(id, func() (err error) {
+		// The target is stored verbatim: it is only ever interpreted by
+		// clients.
+		if err := unix.Symlinkat(string(a.Data), dir.fd, name); err != nil {
+			return err
+		}
+		sa := a.Attr
+		sa.SetSize, sa.SetMode = false, false
+		child, err = s.newEntry(id, dir, name, unix.S_IFLNK, &sa)
+		return err
+	})
+	return s.dirOpReply(op, child, err)
+}
+
+func (s *Server) mknod(id *identity, a *nfs3.MknodArgs) nfs3.MknodRes {
+	op, status := s.beginDirOp(a.Where.Dir, a.Where.Name, true)
+	if status != nfs3.OK {
+		return nfs3.MknodRes{Status: status, DirWcc: op.wcc}
+	}
+	var ftype uint32
+	var dev uint64
+	switch a.Type {
+	case nfs3.TypeFifo:
+		ftype = unix.S_IFIFO
+	case nfs3.TypeSock:
+		ftype = unix.S_IFSOCK
+	case nfs3.TypeChr, nfs3.TypeBlk:
+		ftype = unix.S_IFCHR
+		if a.Type == nfs3.TypeBlk {
+			ftype = unix.S_IFBLK
+		}
+		dev = unix.Mkdev(a.Spec.Major, a.Spec.Minor)
+		if !id.isRoot() {
+			status = nfs3.ErrPerm // device nodes only for the superuser
+		}
+	default:
+		status = nfs3.ErrBadType // regular files, directories, links have their own procedures
+	}
+	if status != nfs3.OK {
+		s.endDirOp(op)
+		return nfs3.MknodRes{Status: status, DirWcc: op.wcc}
+	}
+	dir, name := op.dir, string(a.Where.Name)
+	var child *node
+	err := s.as(id, func() (err error) {
+		sa := creationSattr(&a.Attr, defaultFileMode, nil)
+		if err := unix.Mknodat(dir.fd, name, ftype|(sa.Mode&0o7777), int(dev)); err != nil {
+			return err
+		}
+		child, err = s.newEntry(id, dir, name, ftype, &sa)
+		return err
+	})
+	return s.dirOpReply(op, child, err)
+}
+
+// remove serves REMOVE and RMDIR.
+func (s *Server) remove(id *identity, a *nfs3.DirOpArgs, isDir bool) nfs3.RemoveRes {
+	op, status := s.beginDirOp(a.Dir, a.Name, false)
+	if status != nfs3.OK {
+		return nfs3.RemoveRes{Status: status, DirWcc: op.wcc}
+	}
+	dir, name := op.dir, string(a.Name)
+	var victim uint64
+	err := s.as(id, func() error {
+		var st unix.Stat_t
+		if unix.Fstatat(dir.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			victim = st.Ino
+		}
+		flags := 0
+		if isDir {
+			flags = unix.AT_REMOVEDIR
+		}
+		err := unix.Unlinkat(dir.fd, name, flags)
+		if isDir && errors.Is(err, unix.EEXIST) {
+			return nfs3.ErrNotEmpty // POSIX lets rmdir say either
+		}
+		return err
+	})
+	if err == nil && victim != 0 {
+		s.cache.forgetIfUnlinked(victim)
+	}
+	if err == nil {
+		err = s.commitMeta(dir)
+	}
+	s.endDirOp(op)
+	r := nfs3.RemoveRes{DirWcc: op.wcc}
+	if err != nil {
+		r.Status = s.statusOf(err)
+	}
+	return r
+}
+
+func (s *Server) rename(id *identity, a *nfs3.RenameArgs) (r nfs3.RenameRes) {
+	from, status := s.beginDirOp(a.From.Dir, a.From.Name, false)
+	if status != nfs3.OK {
+		r.Status, r.FromDirWcc = status, from.wcc
+		return r
+	}
+	to, status := s.beginDirOp(a.To.Dir, a.To.Name, false)
+	if status != nfs3.OK {
+		s.endDirOp(from)
+		r.Status, r.FromDirWcc, r.ToDirWcc = status, from.wcc, to.wcc
+		return r
+	}
+	fromName, toName := string(a.From.Name), string(a.To.Name)
+	var victim, moved uint64
+	err := s.as(id, func() error {
+		var st unix.Stat_t
+		if unix.Fstatat(to.dir.fd, toName, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			victim = st.Ino
+		}
+		if unix.Fstatat(from.dir.fd, fromName, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			moved = st.Ino
+		}
+		return unix.Renameat(from.dir.fd, fromName, to.dir.fd, toName)
+	})
+	if err == nil && victim != 0 && victim != moved {
+		s.cache.forgetIfUnlinked(victim)
+	}
+	if err == nil {
+		err = s.commitMeta(from.dir, to.dir)
+	}
+	s.endDirOp(from)
+	s.endDirOp(to)
+	r.FromDirWcc, r.ToDirWcc = from.wcc, to.wcc
+	if err != nil {
+		r.Status = s.statusOf(err)
+	}
+	return r
+}
+
+func (s *Server) link(id *identity, a *nfs3.LinkArgs) (r nfs3.LinkRes) {
+	file, err := s.resolve(a.File)
+	if err != nil {
+		r.Status = s.statusOf(err)
+		return r
+	}
+	defer s.cache.release(file)
+	var fst unix.Stat_t
+	if err := s.stat(file, &fst); err != nil {
+		r.Status = s.statusOf(err)
+		return r
+	}
+	op, status := s.beginDirOp(a.Link.Dir, a.Link.Name, true)
+	if status != nfs3.OK {
+		r.Status, r.FileAttr, r.LinkDirWcc = status, s.postOp(&fst), op.wcc
+		return r
+	}
+	dir, name := op.dir, string(a.Link.Name)
+	err = s.as(id, func() error {
+		// linkat with AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc
+		// name of the descriptor does not, and keeps the kernel's own
+		// checks (protected_hardlinks) in force for the caller.
+		return unix.Linkat(unix.AT_FDCWD, procFdPath(file.fd), dir.fd, name, unix.AT_SYMLINK_FOLLOW)
+	})
+	if err == nil {
+		err = s.commitMeta(dir)
+	}
+	s.endDirOp(op)
+	r.LinkDirWcc = op.wcc
+	r.FileAttr = s.postOpOf(file)
+	if err != nil {
+		r.Status = s.statusOf(err)
+	}
+	return r
+}
