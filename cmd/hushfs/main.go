@@ -16,8 +16,11 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"serve": {runServe, "serve DIR: export a local directory over NFSv3 + MOUNT"},
-		"proxy": {runProxy, "proxy --listen A --target B [--rtt D]: latency and RPC-counting proxy"},
+		"serve":  {runServe, "serve DIR: export a local directory over NFSv3 + MOUNT"},
+		"proxy":  {runProxy, "proxy --listen A --target B [--rtt D]: latency and RPC-counting proxy"},
+		"mount":  {runMount, "mount SERVER:/EXPORT MOUNTPOINT [-o OPTS] [-f]: mount an NFSv3 export (FUSE)"},
+		"umount": {runUmount, "umount MOUNTPOINT [-l]: unmount a hushfs mount"},
+		"stats":  {runStats, "stats MOUNTPOINT [--json] [--reset]: per-procedure RPC statistics of a mount"},
 	}
 }
 
@@ -33,17 +36,24 @@ func main() {
 		usage()
 		os.Exit(2)
 	}
-	c, ok := commands()[os.Args[1]]
+	name, args := os.Args[1], os.Args[2:]
+	c, ok := commands()[name]
+	if !ok && isRemoteSpec(name) {
+		// mount.fuse3 runs "hushfs SERVER:/EXPORT MOUNTPOINT -o OPTS" for
+		// mount -t fuse.hushfs (fuse(8)).
+		name, args = "mount", os.Args[1:]
+		c, ok = commands()[name]
+	}
 	if !ok {
 		fmt.Fprintf(os.Stderr, "hushfs: unknown command %q\n", os.Args[1])
 		usage()
 		os.Exit(2)
 	}
-	if err := c.run(os.Args[2:]); err != nil {
+	if err := c.run(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
-		fmt.Fprintf(os.Stderr, "hushfs %s: %v\n", os.Args[1], err)
+		fmt.Fprintf(os.Stderr, "hushfs %s: %v\n", name, err)
 		os.Exit(1)
 	}
 }

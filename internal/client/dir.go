@@ -102,7 +102,9 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 		for len(d.buf) > 0 {
 			e := &d.buf[0]
 			var n *inode
-			if d.plus && d.plusBuf[0].fh != nil {
+			// "." and ".." get no node: the kernel ignores their IDs and
+			// would never forget the reference.
+			if d.plus && d.plusBuf[0].fh != nil && e.Name != "." && e.Name != ".." {
 				n = fs.plusEntry(d.node, e, &d.plusBuf[0])
 			}
 			if !emit(e) {
@@ -137,13 +139,11 @@ func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData) *inode {
 	n := fs.nodes.ref(p.fh)
 	n.mu.Lock()
 	fs.applyAttrLocked(n, &p.attr, p.at)
-	if p.attr.Type == nfs3.TypeDir && e.Name != ".." && e.Name != "." {
+	if p.attr.Type == nfs3.TypeDir {
 		n.parent = dir.id
 	}
 	n.mu.Unlock()
-	if e.Name != "." && e.Name != ".." {
-		rememberChild(dir, e.Name, n.id)
-	}
+	rememberChild(dir, e.Name, n.id)
 	e.Entry = fs.entryFor(n, &p.attr, dir)
 	return n
 }

@@ -210,8 +210,7 @@ func (fs *FS) Write(ctx context.Context, c *Cred, fh uint64, off uint64, data []
 	case of.flags&syscall.O_DSYNC != 0:
 		stable = nfs3.DataSync
 	}
-	of.cred = Cred{UID: c.UID, GID: c.GID, Groups: c.Groups}
-	if err := fs.wb.write(ctx, of, off, data, stable); err != nil {
+	if err := fs.wb.write(ctx, of, c, off, data, stable); err != nil {
 		return 0, err
 	}
 	if stable != nfs3.Unstable {

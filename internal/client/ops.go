@@ -62,7 +62,8 @@ func (fs *FS) getattrRPC(ctx context.Context, c *Cred, n *inode) (nfs3.Fattr, ti
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	fs.applyAttrLocked(n, &res.Attr, at)
-	return res.Attr, n.attrTimeo, nil
+	_, left, _ := n.cachedAttrLocked(fs.now())
+	return res.Attr, left, nil
 }
 
 // localAttr converts attributes for the kernel, accounting for data written
@@ -75,15 +76,20 @@ func (fs *FS) localAttr(n *inode, a *nfs3.Fattr) Attr {
 	return out
 }
 
-// entryFor builds the kernel's entry for node n (already referenced).
+// entryFor builds the kernel's entry for node n (already referenced). The
+// timeouts are what is left of our own cache lifetimes, so the kernel never
+// trusts a fact longer than we would.
 func (fs *FS) entryFor(n *inode, a *nfs3.Fattr, dir *inode) Entry {
+	now := fs.now()
+	return Entry{Node: n.id, Attr: fs.localAttr(n, a), EntryTTL: dir.attrLeft(now), AttrTTL: n.attrLeft(now)}
+}
+
+// attrLeft returns how long the node's cached attributes stay valid.
+func (n *inode) attrLeft(now time.Time) time.Duration {
 	n.mu.Lock()
-	ttl := n.attrTimeo
-	n.mu.Unlock()
-	dir.mu.Lock()
-	entryTTL := dir.attrTimeo
-	dir.mu.Unlock()
-	return Entry{Node: n.id, Attr: fs.localAttr(n, a), EntryTTL: entryTTL, AttrTTL: ttl}
+	defer n.mu.Unlock()
+	_, left, _ := n.cachedAttrLocked(now)
+	return left
 }
 
 // rememberChild records that name in dir is node child.
@@ -272,10 +278,7 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	if !res.Wcc.After.Present {
 		return fs.GetAttr(ctx, c, id)
 	}
-	n.mu.Lock()
-	ttl := n.attrTimeo
-	n.mu.Unlock()
-	return fs.localAttr(n, &res.Wcc.After.Attr), ttl, nil
+	return fs.localAttr(n, &res.Wcc.After.Attr), n.attrLeft(fs.now()), nil
 }
 
 // finishCreate turns the reply of CREATE, MKDIR, SYMLINK or MKNOD into a

@@ -113,7 +113,7 @@ func (w *writeback) dirtyEnd(n *inode) uint64 {
 
 // write records data written at off. It returns a pending write-back error
 // not yet seen by this descriptor instead, so that no error is lost.
-func (w *writeback) write(ctx context.Context, of *openFile, off uint64, p []byte, stable nfs3.StableHow) error {
+func (w *writeback) write(ctx context.Context, of *openFile, c *Cred, off uint64, p []byte, stable nfs3.StableHow) error {
 	n := of.node
 	st := w.state(n)
 	st.mu.Lock()
@@ -121,7 +121,7 @@ func (w *writeback) write(ctx context.Context, of *openFile, off uint64, p []byt
 		st.mu.Unlock()
 		return err
 	}
-	st.cred = of.cred
+	st.cred = Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)}
 	before := st.dirty.bytes()
 	st.dirty = st.dirty.insert(off, p)
 	grown := int64(st.dirty.bytes()) - int64(before)

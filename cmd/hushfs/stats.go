@@ -1,0 +1,140 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"hushfs/internal/client"
+	"hushfs/internal/fusefs"
+)
+
+const statsUsage = `usage: hushfs stats MOUNTPOINT [--json] [--reset]
+  --json   print the raw statistics (JSON) instead of the table
+  --reset  zero the counters after printing them`
+
+func runStats(args []string) error {
+	asJSON, reset := false, false
+	var pos []string
+	for _, arg := range args {
+		switch arg {
+		case "--json", "-json":
+			asJSON = true
+		case "--reset", "-reset":
+			reset = true
+		case "-h", "--help", "-help":
+			fmt.Fprintln(os.Stderr, statsUsage)
+			return flag.ErrHelp
+		default:
+			if strings.HasPrefix(arg, "-") {
+				return fmt.Errorf("unknown flag %q\n%s", arg, statsUsage)
+			}
+			pos = append(pos, arg)
+		}
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("want one MOUNTPOINT\n%s", statsUsage)
+	}
+	mnt := pos[0]
+	raw, err := readStats(mnt)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		os.Stdout.Write(append(raw, '\n'))
+	} else {
+		var s client.Snapshot
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return fmt.Errorf("%s: malformed statistics: %w", mnt, err)
+		}
+		source := ""
+		if p, err := mountPath(mnt); err == nil {
+			if mi, err := fusefs.FindMount("/proc/self/mountinfo", p); err == nil {
+				source = mi.Source
+			}
+		}
+		printStats(os.Stdout, mnt, source, &s, time.Now())
+	}
+	if reset {
+		if err := unix.Setxattr(mnt, fusefs.StatsXAttr, []byte(fusefs.StatsReset), 0); err != nil {
+			return fmt.Errorf("%s: resetting statistics: %w", mnt, err)
+		}
+	}
+	return nil
+}
+
+// readStats reads the statistics attribute of a mount's root, growing the
+// buffer if the statistics grew between the size query and the read.
+func readStats(mnt string) ([]byte, error) {
+	size := 64 << 10
+	for range 8 {
+		buf := make([]byte, size)
+		n, err := unix.Getxattr(mnt, fusefs.StatsXAttr, buf)
+		switch {
+		case err == nil:
+			return buf[:n], nil
+		case errors.Is(err, unix.ERANGE):
+			size *= 4
+			continue
+		case errors.Is(err, unix.ENODATA), errors.Is(err, unix.ENOTSUP):
+			return nil, fmt.Errorf("%s is not the root of a hushfs mount (no %s attribute)", mnt, fusefs.StatsXAttr)
+		}
+		return nil, fmt.Errorf("%s: reading statistics: %w", mnt, err)
+	}
+	return nil, fmt.Errorf("%s: statistics keep outgrowing the buffer", mnt)
+}
+
+// printStats prints one line per procedure, as mountstats does: counts,
+// bytes, and average queue, round-trip and execution times.
+func printStats(w io.Writer, mnt, source string, s *client.Snapshot, now time.Time) {
+	head := mnt
+	if source != "" {
+		head = source + " on " + mnt
+	}
+	fmt.Fprintf(w, "%s: RPC statistics since %s (%s)\n", head,
+		s.Since.Format(time.RFC3339), now.Sub(s.Since).Round(time.Millisecond))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "procedure\tops\ttrans\ttimeouts\terrors\tbytes sent\tbytes recv\tavg queue ms\tavg RTT ms\tavg exec ms\t")
+	line := func(name string, o client.OpStats) {
+		avg := func(d time.Duration) string {
+			if o.Ops == 0 {
+				return "0.000"
+			}
+			return fmt.Sprintf("%.3f", float64(d)/float64(o.Ops)/float64(time.Millisecond))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", name, o.Ops, o.Transmissions,
+			o.Timeouts, o.Errors, o.BytesSent, o.BytesReceived, avg(o.Queue), avg(o.RTT), avg(o.Execute))
+	}
+	var total client.OpStats
+	var others []string
+	for _, name := range s.Names() {
+		if strings.Contains(name, ":") || name == "OTHER" {
+			others = append(others, name) // MOUNT and PORTMAP calls, apart
+			continue
+		}
+		o := s.Ops[name]
+		line(name, o)
+		total.Ops += o.Ops
+		total.Transmissions += o.Transmissions
+		total.Timeouts += o.Timeouts
+		total.Errors += o.Errors
+		total.BytesSent += o.BytesSent
+		total.BytesReceived += o.BytesReceived
+		total.Queue += o.Queue
+		total.RTT += o.RTT
+		total.Execute += o.Execute
+	}
+	line("total NFS", total)
+	for _, name := range others {
+		line(name, s.Ops[name])
+	}
+	tw.Flush()
+}

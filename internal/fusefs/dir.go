@@ -1,0 +1,75 @@
+package fusefs
+
+import (
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"hushfs/internal/client"
+)
+
+// OpenDir opens a directory stream. FOPEN_CACHE_DIR stays off: listings
+// come from the core each time, which keeps no listing the kernel could
+// be told is still good.
+func (fs *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	dh, err := fs.core.OpenDir(ctx(cancel), fs.creds.cred(&in.InHeader), node(in.NodeId))
+	if err != nil {
+		return status(err)
+	}
+	*out = fuse.OpenOut{Fh: dh}
+	return fuse.OK
+}
+
+// ReadDir lists entries from in.Offset, the cookie of the last entry the
+// reader consumed, until the kernel's buffer is full.
+func (fs *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	added := 0
+	err := fs.core.ReadDir(ctx(cancel), fs.creds.cred(&in.InHeader), in.Fh, in.Offset, false, func(e *client.DirEntry) bool {
+		if !out.AddDirEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: e.Cookie}) {
+			return false
+		}
+		added++
+		return true
+	})
+	return dirStatus(added, err)
+}
+
+// dirStatus answers a listing call. Entries already added have advanced the
+// core's stream (and, in a plus listing, carry references): they must reach
+// the kernel, so an error fetching further entries waits for the next call,
+// which continues from the last entry delivered.
+func dirStatus(added int, err error) fuse.Status {
+	if err != nil && added > 0 {
+		return fuse.OK
+	}
+	return status(err)
+}
+
+// ReadDirPlus lists entries with their attributes, each taking a lookup
+// reference the kernel later forgets. An entry the core has no node for
+// goes out with node ID 0, which the kernel takes as "no lookup done".
+func (fs *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	added := 0
+	err := fs.core.ReadDir(ctx(cancel), fs.creds.cred(&in.InHeader), in.Fh, in.Offset, true, func(e *client.DirEntry) bool {
+		eo := out.AddDirLookupEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: e.Cookie})
+		if eo == nil {
+			return false // full: the core drops the reference it took
+		}
+		added++
+		if e.Entry.Node == 0 {
+			return true
+		}
+		fs.fillEntry(eo, &e.Entry)
+		return true
+	})
+	return dirStatus(added, err)
+}
+
+// ReleaseDir closes a directory stream.
+func (fs *FS) ReleaseDir(in *fuse.ReleaseIn) {
+	fs.core.ReleaseDir(in.Fh)
+}
+
+// FsyncDir has nothing to do: directory operations are synchronous on the
+// server (NFSv3 has no unstable directory changes).
+func (fs *FS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	return fuse.OK
+}

@@ -1,0 +1,58 @@
+// Package fusefs adapts the kernel's FUSE requests (go-fuse's raw API,
+// fuse.RawFileSystem) onto the caching NFS client core, internal/client. It
+// is conversion only: node IDs are the core's, every result and every
+// timeout comes from the core, and every error becomes an errno through
+// client.Errno. Nothing here caches file system state.
+//
+// # Who caches what
+//
+// The core is the single source of truth. The kernel keeps three caches of
+// its own in front of it, and each is bounded by what the core says; the
+// adapter hands the core's lifetimes on unchanged, never longer:
+//
+//   - Dentries and negative dentries: valid for Entry.EntryTTL, which the
+//     core derives from the directory's attribute cache lifetime (and
+//     negtimeo for a name that does not exist; zero with lookupcache=none
+//     or positive, or noac, so the kernel asks again every time).
+//   - Inode attributes: valid for Entry.AttrTTL or the TTL GetAttr and
+//     SetAttr return, the core's attribute cache lifetime for the node
+//     (zero with noac, so the kernel asks every time).
+//   - Page cache: kept across opens only when the core's Open says the file
+//     is unchanged since its pages were read (FOPEN_KEEP_CACHE, the core's
+//     close-to-open check); the kernel also drops a file's pages by itself
+//     when attributes it is handed show another size or mtime
+//     (CAP_AUTO_INVAL_DATA, go-fuse's default).
+//
+// Writes are not cached by the kernel (no CAP_WRITEBACK_CACHE): each
+// write(2) reaches the core, which holds the data and writes it back
+// (UNSTABLE WRITEs, COMMIT at close), so size, mtime and close-to-open stay
+// decided in one place. Symbolic links are cached by the kernel
+// (CAP_CACHE_SYMLINKS): a node ID names one server file handle and is never
+// reused, and a symbolic link's target cannot change without it becoming
+// another file, so a cached target never goes stale.
+//
+// # Permissions and credentials
+//
+// The server enforces permissions: the mount does not use
+// default_permissions. Each request carries the caller's uid, gid and
+// supplementary groups (read from /proc/PID/status, which FUSE does not
+// pass; cached for a second), and the core sends them as AUTH_SYS.
+//
+// # Cancellation
+//
+// A request the caller abandons (a signal) closes go-fuse's cancel channel;
+// the channel itself is the request's context (no goroutine per request),
+// so the core's RPC wait ends and the call returns EINTR.
+//
+// # Statistics
+//
+// The root directory answers getxattr("user.hushfs.stats") with the core's
+// per-procedure RPC statistics as JSON; setxattr of the same name with the
+// value "reset" zeroes them. Every other extended attribute is absent
+// (ENODATA), not unsupported: an ENOSYS would make the kernel stop asking,
+// and the statistics would become unreachable.
+//
+// # Mount options
+//
+// MountOptions documents each go-fuse option chosen and why.
+package fusefs

@@ -1,0 +1,76 @@
+package fusefs
+
+import (
+	"context"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Create creates and opens a regular file. A new file has no cached pages
+// to keep.
+func (fs *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	e, fh, err := fs.core.Create(ctx(cancel), fs.creds.cred(&in.InHeader), node(in.NodeId), name, in.Flags, in.Mode)
+	if err != nil {
+		return status(err)
+	}
+	fs.fillEntry(&out.EntryOut, &e)
+	out.OpenOut = fuse.OpenOut{Fh: fh}
+	return fuse.OK
+}
+
+// Open opens a file. The core decides whether the kernel's cached pages
+// are still the file's (close-to-open).
+func (fs *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	fh, keep, err := fs.core.Open(ctx(cancel), fs.creds.cred(&in.InHeader), node(in.NodeId), in.Flags)
+	if err != nil {
+		return status(err)
+	}
+	*out = fuse.OpenOut{Fh: fh}
+	if keep {
+		out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
+	}
+	return fuse.OK
+}
+
+// Read reads into go-fuse's buffer when it is large enough.
+func (fs *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	dst := buf
+	if len(dst) < int(in.Size) {
+		dst = make([]byte, in.Size)
+	}
+	dst = dst[:in.Size]
+	n, err := fs.core.Read(ctx(cancel), fs.creds.cred(&in.InHeader), in.Fh, in.Offset, dst)
+	if err != nil {
+		return nil, status(err)
+	}
+	return fuse.ReadResultData(dst[:n]), fuse.OK
+}
+
+// Write hands data to the core, which copies it (go-fuse reuses the
+// buffer once the call returns).
+func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	n, err := fs.core.Write(ctx(cancel), fs.creds.cred(&in.InHeader), in.Fh, in.Offset, data)
+	if err != nil {
+		return 0, status(err)
+	}
+	return uint32(n), fuse.OK
+}
+
+// Flush is a close(2) of one descriptor: the core writes back and commits
+// (close-to-open) and reports any write-back error.
+func (fs *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	return status(fs.core.Flush(ctx(cancel), fs.creds.cred(&in.InHeader), in.Fh))
+}
+
+// Fsync makes the file's data durable on the server.
+func (fs *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	return status(fs.core.Fsync(ctx(cancel), fs.creds.cred(&in.InHeader), in.Fh))
+}
+
+// Release is the last close of an open file. The kernel expects no answer
+// and nobody can be told of a failure, so it runs to completion: it may
+// have data to write back or an unlinked-while-open file to remove, and
+// go-fuse cancels requests in flight when the connection goes away.
+func (fs *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	fs.core.Release(context.Background(), in.Fh)
+}

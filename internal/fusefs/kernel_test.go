@@ -1,0 +1,200 @@
+package fusefs
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"hushfs/internal/client"
+)
+
+// mountKernel mounts an env's adapter through the kernel at a temporary
+// directory and unmounts it at cleanup.
+func mountKernel(t *testing.T, o envOpts) (*env, string) {
+	t.Helper()
+	e := newEnv(t, o)
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("no FUSE: %v", err)
+	}
+	mnt := t.TempDir()
+	m, err := Mount(e.fs, mnt, MountConfig{Source: "127.0.0.1:" + e.dir, Options: e.opts, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("Mount: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Unmount(false); err != nil {
+			t.Errorf("unmount: %v", err)
+			m.Unmount(true)
+		}
+		select {
+		case <-m.Done():
+		case <-time.After(10 * time.Second):
+			t.Errorf("serving did not end after unmount")
+		}
+	})
+	return e, mnt
+}
+
+func TestKernelMount(t *testing.T) {
+	e, mnt := mountKernel(t, envOpts{})
+	mi, err := FindMount("/proc/self/mountinfo", mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mi.FSType != "fuse.hushfs" || mi.Source != "127.0.0.1:"+e.dir {
+		t.Errorf("mount table: type %q source %q", mi.FSType, mi.Source)
+	}
+	line := mountinfoLine(t, mnt)
+	if !strings.Contains(line, "max_read=1048576") || strings.Contains(line, "default_permissions") {
+		t.Errorf("mount options: %s", line)
+	}
+	// Default options: nosuid,nodev (the FUSE convention).
+	if !strings.Contains(line, "nosuid") || !strings.Contains(line, "nodev") {
+		t.Errorf("mount flags: %s", line)
+	}
+	ra, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", mi.Major, mi.Minor))
+	if err != nil || strings.TrimSpace(string(ra)) != fmt.Sprint(ReadAhead>>10) {
+		t.Errorf("read_ahead_kb = %q, %v; want %d", ra, err, ReadAhead>>10)
+	}
+
+	// Data through the page cache, both ways.
+	data := make([]byte, 3<<20+123)
+	rand.Read(data)
+	if err := os.WriteFile(filepath.Join(mnt, "big"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(e.dir, "big")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("server copy differs (%d bytes, %v)", len(got), err)
+	}
+	if got, err := os.ReadFile(filepath.Join(mnt, "big")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back differs (%d bytes, %v)", len(got), err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(mnt, "big"), &st); err != nil || st.Size != int64(len(data)) || st.Blksize != 1<<20 {
+		t.Errorf("stat: size %d blksize %d, %v", st.Size, st.Blksize, err)
+	}
+
+	// RENAME_NOREPLACE cannot be honoured over NFSv3.
+	if err := unix.Renameat2(unix.AT_FDCWD, filepath.Join(mnt, "big"), unix.AT_FDCWD, filepath.Join(mnt, "big2"), unix.RENAME_NOREPLACE); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("renameat2(RENAME_NOREPLACE) = %v, want EINVAL", err)
+	}
+}
+
+func mountinfoLine(t *testing.T, mnt string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == mnt {
+			return l
+		}
+	}
+	t.Fatalf("%s not in mountinfo", mnt)
+	return ""
+}
+
+// TestKernelCaching checks what the kernel answers by itself within the
+// core's timeouts: negative dentries, a plus listing's attributes, symbolic
+// link targets.
+func TestKernelCaching(t *testing.T) {
+	e, mnt := mountKernel(t, envOpts{})
+	for i := range 50 {
+		if err := os.WriteFile(filepath.Join(e.dir, fmt.Sprintf("f%02d", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("f00", filepath.Join(e.dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+
+	before := e.count("LOOKUP")
+	for range 3 {
+		if _, err := os.Stat(filepath.Join(mnt, "missing")); !os.IsNotExist(err) {
+			t.Fatalf("stat missing: %v", err)
+		}
+	}
+	if got := e.count("LOOKUP") - before; got != 1 {
+		t.Errorf("LOOKUPs for three stats of a missing name = %d, want 1 (negative dentry)", got)
+	}
+
+	plus, lookups, getattrs := e.count("READDIRPLUS"), e.count("LOOKUP"), e.count("GETATTR")
+	ents, err := os.ReadDir(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ents {
+		if _, err := d.Info(); err != nil { // lstat, as ls -l
+			t.Fatal(err)
+		}
+	}
+	if len(ents) != 51 {
+		t.Errorf("%d entries, want 51", len(ents))
+	}
+	if got := e.count("READDIRPLUS") - plus; got != 1 {
+		t.Errorf("READDIRPLUS = %d, want 1", got)
+	}
+	if e.count("LOOKUP") != lookups || e.count("GETATTR") != getattrs {
+		t.Errorf("ls -l after READDIRPLUS sent %d LOOKUP and %d GETATTR, want none",
+			e.count("LOOKUP")-lookups, e.count("GETATTR")-getattrs)
+	}
+
+	before = e.count("READLINK")
+	for range 3 {
+		if target, err := os.Readlink(filepath.Join(mnt, "link")); err != nil || target != "f00" {
+			t.Fatalf("readlink = %q, %v", target, err)
+		}
+	}
+	if got := e.count("READLINK") - before; got != 1 {
+		t.Errorf("READLINKs for three readlinks = %d, want 1 (cached symlink)", got)
+	}
+}
+
+func TestKernelStatsXAttr(t *testing.T) {
+	e, mnt := mountKernel(t, envOpts{})
+	if _, err := os.ReadDir(mnt); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64<<10)
+	n, err := unix.Getxattr(mnt, StatsXAttr, buf)
+	if err != nil {
+		t.Fatalf("getxattr: %v", err)
+	}
+	var s client.Snapshot
+	if err := json.Unmarshal(buf[:n], &s); err != nil {
+		t.Fatalf("stats JSON: %v", err)
+	}
+	if s.Count("READDIRPLUS") == 0 || s.Count("FSINFO") != 1 {
+		t.Errorf("stats: %v", s.Ops)
+	}
+	if _, err := unix.Getxattr(mnt, "user.other", buf); !errors.Is(err, unix.ENODATA) {
+		t.Errorf("getxattr(user.other) = %v, want ENODATA", err)
+	}
+	if n, err := unix.Listxattr(mnt, buf); err != nil || n != 0 {
+		t.Errorf("listxattr = %d, %v", n, err)
+	}
+	if err := unix.Setxattr(mnt, "user.other", []byte("x"), 0); !errors.Is(err, unix.ENOTSUP) {
+		t.Errorf("setxattr(user.other) = %v, want ENOTSUP", err)
+	}
+	if err := unix.Setxattr(mnt, StatsXAttr, []byte(StatsReset), 0); err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+	if s := e.core.Stats().Snapshot(); s.Total() != 0 {
+		t.Errorf("after reset: %v", s.Ops)
+	}
+	// The attribute still answers after ENODATA answers (the kernel did
+	// not give up on getxattr).
+	if _, err := unix.Getxattr(mnt, StatsXAttr, buf); err != nil {
+		t.Errorf("getxattr after reset: %v", err)
+	}
+}

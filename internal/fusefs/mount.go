@@ -1,0 +1,259 @@
+package fusefs
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"hushfs/internal/client"
+)
+
+const (
+	// MaxWrite is the largest READ and WRITE the kernel sends: the core's
+	// largest transfer, so one FUSE request becomes at most one RPC.
+	// go-fuse asks for max_pages = MaxWrite / page size (256 pages of
+	// 4 KiB, the default /proc/sys/fs/fuse/max_pages_limit) and sets
+	// max_read to match; kernels before 4.20 cap requests at 128 KiB.
+	MaxWrite = 1 << 20
+
+	// ReadAhead is the sequential read-ahead window set on the mount's
+	// backing device after mounting. FUSE's INIT can only lower the
+	// kernel's default (128 KiB), so it is raised through sysfs: four
+	// 1 MiB READs in flight keep a long round trip busy, and the window
+	// only grows that large for reads that are actually sequential.
+	ReadAhead = 4 << 20
+
+	// maxBackground bounds the kernel's asynchronous requests (read-ahead,
+	// background writes): enough to keep ReadAhead's READs in flight on
+	// several files at once.
+	maxBackground = 64
+)
+
+// MountConfig says how to mount.
+type MountConfig struct {
+	// Source is "SERVER:/export", the mount's source in /proc/mounts.
+	Source  string
+	Options client.Options
+	// Debug logs every FUSE request and reply through Logf.
+	Debug bool
+	Logf  func(format string, args ...any)
+}
+
+// MountOptions returns the go-fuse options for a mount. Choices:
+//
+//   - FsName is the NFS source and Name "hushfs", so /proc/mounts shows
+//     "SERVER:/export" of type fuse.hushfs (what umount and mount(8) key on).
+//   - No default_permissions: the server decides every access, with the
+//     caller's credentials.
+//   - MaxWrite 1 MiB (max_pages 256): see MaxWrite.
+//   - MaxReadAhead is asked at MaxWrite, which INIT clamps to the kernel's
+//     default; ReadAhead raises it after mounting.
+//   - MaxBackground 64: see maxBackground.
+//   - DisableXAttrs false: the statistics live in an extended attribute.
+//     IgnoreSecurityLabels answers the kernel's getxattr of
+//     security.capability (sent before every write) and of POSIX ACLs with
+//     ENODATA inside go-fuse, as this file system would, one trip shorter.
+//   - EnableLocks false: NFSv3 locking is NLM, another protocol; the kernel
+//     keeps locks local to this machine, as nfs(5)'s "nolock" does.
+//   - EnableSymlinkCaching: see the package documentation.
+//   - ExplicitDataCacheControl false: the kernel drops a file's pages when
+//     it sees its size or mtime change (CAP_AUTO_INVAL_DATA), besides the
+//     core's close-to-open decision at open (FOPEN_KEEP_CACHE).
+//   - READDIRPLUS always (not CAP_READDIRPLUS_AUTO) unless nordirplus: the
+//     core lists with READDIRPLUS or READDIR per directory stream and a
+//     switch midway costs a refetch, while one READDIRPLUS answers both
+//     "ls" and "ls -l". With nordirplus the kernel only sends READDIR.
+//   - CAP_ATOMIC_O_TRUNC: open(O_TRUNC) arrives as one OPEN carrying the
+//     flag, which the core turns into its SETATTR, instead of OPEN followed
+//     by a separate SETATTR request.
+//   - No CAP_WRITEBACK_CACHE: see the package documentation.
+//   - DisableSplice: READ data comes from memory (RPC replies), never from
+//     a file descriptor, so splicing only costs a failed attempt (a 1 MiB
+//     reply does not even fit the default maximum pipe size).
+//   - Mount flags from the options (ro, nosuid, nodev, noexec, noatime).
+//     As root the mount is made directly (mount(2)), with the flags as
+//     flags; otherwise fusermount3 makes it and gets them as options.
+func MountOptions(cfg MountConfig, direct bool) *fuse.MountOptions {
+	o := cfg.Options
+	logf := cfg.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	mo := &fuse.MountOptions{
+		FsName:               cfg.Source,
+		Name:                 fsSubtype,
+		AllowOther:           o.AllowOther,
+		MaxWrite:             MaxWrite,
+		MaxReadAhead:         MaxWrite,
+		MaxBackground:        maxBackground,
+		DisableXAttrs:        false,
+		IgnoreSecurityLabels: true,
+		EnableLocks:          false,
+		EnableSymlinkCaching: true,
+		DisableReadDirPlus:   !o.RdirPlus,
+		ExtraCapabilities:    fuse.CAP_ATOMIC_O_TRUNC,
+		DisableSplice:        true,
+		Debug:                cfg.Debug,
+		Logger:               log.New(logWriter(logf), "", 0),
+	}
+	if direct {
+		mo.DirectMountStrict = true
+		mo.DirectMountFlags = mountFlags(&o)
+	} else {
+		mo.Options = mountFlagOptions(&o)
+	}
+	return mo
+}
+
+// mountFlags returns the mount(2) flags for the options.
+func mountFlags(o *client.Options) uintptr {
+	var f uintptr
+	for _, x := range []struct {
+		on   bool
+		flag uintptr
+	}{
+		{o.ReadOnly, unix.MS_RDONLY}, {o.NoSuid, unix.MS_NOSUID}, {o.NoDev, unix.MS_NODEV},
+		{o.NoExec, unix.MS_NOEXEC}, {o.NoAtime, unix.MS_NOATIME},
+	} {
+		if x.on {
+			f |= x.flag
+		}
+	}
+	if f == 0 {
+		// go-fuse reads zero as "its defaults" (nosuid,nodev); the
+		// kernel ignores MS_MGC_VAL.
+		f = unix.MS_MGC_VAL
+	}
+	return f
+}
+
+// mountFlagOptions returns the same flags as fusermount3 options.
+func mountFlagOptions(o *client.Options) []string {
+	var opts []string
+	pick := func(on bool, yes, no string) {
+		if on {
+			opts = append(opts, yes)
+		} else if no != "" {
+			opts = append(opts, no)
+		}
+	}
+	pick(o.ReadOnly, "ro", "rw")
+	pick(o.NoSuid, "nosuid", "suid")
+	pick(o.NoDev, "nodev", "dev")
+	pick(o.NoExec, "noexec", "exec")
+	pick(o.NoAtime, "noatime", "")
+	return opts
+}
+
+// logWriter sends go-fuse's log lines to logf.
+type logWriter func(string, ...any)
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w("go-fuse: %s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// Mounted is a live mount being served.
+type Mounted struct {
+	Mountpoint string
+	srv        *fuse.Server
+	done       chan struct{}
+	logf       func(string, ...any)
+}
+
+// Mount mounts fs at mountpoint (an absolute path) and serves it in the
+// background. It returns once the kernel answers requests on the mount.
+// As root it mounts directly, falling back to fusermount3 if the kernel
+// refuses (a container without CAP_SYS_ADMIN); otherwise it uses
+// fusermount3.
+func Mount(fs *FS, mountpoint string, cfg MountConfig) (*Mounted, error) {
+	logf := cfg.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	direct := os.Geteuid() == 0
+	srv, err := fuse.NewServer(fs, mountpoint, MountOptions(cfg, direct))
+	if err != nil && direct && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES)) {
+		logf("hushfs: mount(2) refused (%v); trying fusermount3", err)
+		srv, err = fuse.NewServer(fs, mountpoint, MountOptions(cfg, false))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mounting FUSE at %s: %w", mountpoint, err)
+	}
+	m := &Mounted{Mountpoint: mountpoint, srv: srv, done: make(chan struct{}), logf: logf}
+	go func() {
+		srv.Serve()
+		close(m.done)
+	}()
+	if err := srv.WaitMount(); err != nil {
+		m.Unmount(true)
+		return nil, fmt.Errorf("mounting FUSE at %s: %w", mountpoint, err)
+	}
+	if err := SetReadAhead(mountpoint, ReadAhead); err != nil {
+		logf("hushfs: read-ahead stays at the kernel default: %v", err)
+	}
+	return m, nil
+}
+
+// Done is closed when the mount is gone (unmounted by anyone) and every
+// request has been answered.
+func (m *Mounted) Done() <-chan struct{} { return m.done }
+
+// Unmount unmounts. Without lazy it fails while files are open; with lazy
+// the mount is detached at once and goes away at its last use, and Done
+// may stay open until then.
+func (m *Mounted) Unmount(lazy bool) error {
+	if !lazy {
+		return m.srv.Unmount()
+	}
+	return Unmount(m.Mountpoint, true)
+}
+
+// Unmount unmounts a hushfs mount: umount2(2) as root (MNT_DETACH when
+// lazy), fusermount3 -u (-z) otherwise.
+func Unmount(mountpoint string, lazy bool) error {
+	if os.Geteuid() == 0 {
+		flags := 0
+		if lazy {
+			flags = unix.MNT_DETACH
+		}
+		if err := unix.Unmount(mountpoint, flags); err != nil {
+			return &os.PathError{Op: "umount", Path: mountpoint, Err: err}
+		}
+		return nil
+	}
+	args := []string{"-u"}
+	if lazy {
+		args = append(args, "-z")
+	}
+	out, err := exec.Command("fusermount3", append(args, "--", mountpoint)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("fusermount3 -u %s: %w: %s", mountpoint, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// SetReadAhead sets the read-ahead window of the FUSE mount at mountpoint
+// (root only: it writes the backing device's sysfs attribute).
+func SetReadAhead(mountpoint string, bytes int) error {
+	mi, err := FindMount("/proc/self/mountinfo", mountpoint)
+	if err != nil {
+		return err
+	}
+	if mi.FSType != FSType {
+		return fmt.Errorf("%s: mounted file system is %s, not %s", mountpoint, mi.FSType, FSType)
+	}
+	path := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", mi.Major, mi.Minor)
+	if err := os.WriteFile(path, []byte(strconv.Itoa(bytes>>10)), 0); err != nil {
+		return err
+	}
+	return nil
+}
