@@ -72,8 +72,10 @@ func (fs *FS) timeoBounds(t nfs3.Ftype) (min, max time.Duration) {
 
 // applyAttrLocked records attributes fetched by an RPC sent at 'at'. The
 // lifetime doubles while the file stays unchanged and drops back to the
-// minimum when it changes, as nfs(5) describes. Cached data stays valid only
-// while mtime and size are those it was read at.
+// minimum when it changes, as nfs(5) describes. Cached data stays valid
+// only while mtime and size are those it was read at; a directory's names
+// only while it keeps the version they were cached for. What stops being
+// valid, the kernel is told to forget.
 //
 // LOCKS_REQUIRED(n.mu)
 func (fs *FS) applyAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
@@ -96,8 +98,12 @@ func (fs *FS) applyAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
 	n.attr = *a
 	n.attrValid = true
 	n.attrTime = at
+	if a.Type == nfs3.TypeDir {
+		fs.noteVersionLocked(n, a)
+	}
 	if n.dataValid && (n.dataMtime != a.Mtime || n.dataSize != a.Size) {
 		n.dataValid = false
+		fs.notify.InvalidateData(n.id)
 	}
 }
 
@@ -112,25 +118,34 @@ func (fs *FS) applyAttr(n *inode, p *nfs3.PostOpAttr, at time.Time) {
 }
 
 // applyWcc records the weak cache consistency data of a modifying reply.
-// When the pre-operation attributes equal what we had cached, the change was
-// ours alone, so cached data (pages, directory listings) stays valid.
-func (fs *FS) applyWcc(n *inode, w *nfs3.WccData, at time.Time) {
+// When the pre-operation attributes equal what we had cached, the change
+// was ours alone, so cached data (pages, names) stays valid: it moves to
+// the new version instead of being dropped. ours says the caller knows the
+// change is its own whatever the pre-operation attributes say (replies to
+// our pipelined WRITEs arrive in any order, each with another's pre-op).
+func (fs *FS) applyWcc(n *inode, w *nfs3.WccData, at time.Time, ours bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	ours := w.Before.Present && n.attrValid &&
-		n.attr.Size == w.Before.Attr.Size && n.attr.Mtime == w.Before.Attr.Mtime &&
-		n.attr.Ctime == w.Before.Attr.Ctime
 	if !w.After.Present {
 		n.attrValid = false
 		return
 	}
-	wasValid := n.dataValid
-	fs.applyAttrLocked(n, &w.After.Attr, at)
-	if ours && wasValid {
-		n.dataValid = true
-		n.dataMtime = w.After.Attr.Mtime
-		n.dataSize = w.After.Attr.Size
+	if n.attrValid && at.Before(n.attrTime) {
+		return // a reply older than what we have
 	}
+	b := &w.Before.Attr
+	ours = ours || w.Before.Present && n.attrValid &&
+		n.attr.Size == b.Size && n.attr.Mtime == b.Mtime && n.attr.Ctime == b.Ctime
+	if ours && n.attrValid {
+		after := &w.After.Attr
+		if n.dataValid {
+			n.dataMtime, n.dataSize = after.Mtime, after.Size
+		}
+		if n.nameVerOK && n.nameVer == versionOf(&n.attr) {
+			n.nameVer = versionOf(after)
+		}
+	}
+	fs.applyAttrLocked(n, &w.After.Attr, at)
 }
 
 // invalidateAttr makes the next getattr go to the server.

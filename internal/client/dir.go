@@ -23,9 +23,10 @@ type DirEntry struct {
 
 // plusData is what READDIRPLUS told us of an entry.
 type plusData struct {
-	fh   nfs3.FH
-	attr nfs3.Fattr
-	at   time.Time
+	fh     nfs3.FH
+	attr   nfs3.Fattr
+	at     time.Time
+	dirVer *dirVersion // the directory's version in the reply, if it had one
 }
 
 // openDir is one open directory stream: where its reader stands.
@@ -143,7 +144,11 @@ func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData) *inode {
 		n.parent = dir.id
 	}
 	n.mu.Unlock()
-	rememberChild(dir, e.Name, n.id)
+	dir.mu.Lock()
+	if p.dirVer != nil && dir.namesValidLocked() && dir.nameVer == *p.dirVer {
+		fs.setNameLocked(dir, e.Name, n.id, p.at, true)
+	}
+	dir.mu.Unlock()
 	e.Entry = fs.entryFor(n, &p.attr, dir)
 	return n
 }
@@ -192,6 +197,11 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir) error {
 			return res.Status
 		}
 		d.verf, d.eof = res.CookieVerf, res.EOF
+		var ver *dirVersion
+		if res.DirAttr.Present {
+			v := versionOf(&res.DirAttr.Attr)
+			ver = &v
+		}
 		for i := range res.Entries {
 			e := &res.Entries[i]
 			if !add(e.Name, e.Fileid, e.Cookie) {
@@ -199,7 +209,7 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir) error {
 			}
 			var p plusData
 			if e.FH.Present && e.Attr.Present {
-				p = plusData{fh: append(nfs3.FH(nil), e.FH.FH...), attr: e.Attr.Attr, at: at}
+				p = plusData{fh: append(nfs3.FH(nil), e.FH.FH...), attr: e.Attr.Attr, at: at, dirVer: ver}
 				d.buf[len(d.buf)-1].Mode = typeBits[e.Attr.Attr.Type]
 			}
 			d.plusBuf = append(d.plusBuf, p)

@@ -89,14 +89,17 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	if err != nil {
 		return 0, false, err
 	}
-	if err := fs.Access(ctx, c, id, accessForOpen(flags)); err != nil {
-		return 0, false, err
-	}
+	// Close-to-open: fresh attributes at every open (with nocto, only when
+	// the cache has expired). The permission check after it is then
+	// answered by the ACCESS cache as long as mode and owner are unchanged.
 	if fs.opts.CTO {
 		if _, _, err := fs.getattrRPC(ctx, c, n); err != nil {
 			return 0, false, err
 		}
 	} else if _, err := fs.attrOrFetch(ctx, c, n); err != nil {
+		return 0, false, err
+	}
+	if err := fs.Access(ctx, c, id, accessForOpen(flags)); err != nil {
 		return 0, false, err
 	}
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {

@@ -64,6 +64,9 @@ type FS struct {
 	sillySeq uint64 // GUARDED_BY(sillyMu)
 
 	wb *writeback
+
+	inflight flights  // shared GETATTR, LOOKUP and ACCESS calls
+	notify   Notifier // tells the kernel what it must forget
 }
 
 // maxTransfer caps rsize and wsize: larger requests buy nothing on TCP and
@@ -97,6 +100,7 @@ func Mount(ctx context.Context, cfg Config) (*FS, error) {
 		cfg: cfg, opts: opts, now: cfg.Now, logf: cfg.Logf, stats: newStats(),
 		machine: machine, creds: map[string]rpc.OpaqueAuth{},
 		files: map[uint64]*openFile{}, dirs: map[uint64]*openDir{}, nextOpen: 1,
+		notify: nopNotifier{},
 	}
 	self := Cred{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
 

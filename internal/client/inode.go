@@ -35,9 +35,13 @@ type inode struct {
 	dataSize  uint64
 	dataValid bool
 	parent    NodeID // directory this node was last reached from ('..' of a directory)
-	// children: names in this directory and the nodes they were last seen
-	// to be (by lookup, create or rename here).
-	children map[string]NodeID
+	// names: the directory's name cache (see namecache.go), valid for the
+	// directory version nameVer.
+	names     map[string]*dentry
+	nameVer   dirVersion
+	nameVerOK bool
+	// access: ACCESS results per identity (see access.go).
+	access map[string]accessEntry
 	// removeName: after a silly rename, the name to remove at last close.
 	sillyDir  NodeID
 	sillyName string
@@ -81,6 +85,19 @@ func (t *inodeTable) ref(fh nfs3.FH) *inode {
 		t.next++
 		t.byID[n.id] = n
 		t.byFH[string(n.fh)] = n
+	}
+	n.lookups++
+	return n
+}
+
+// refID takes one kernel reference on the node with the given ID, if the
+// table still has it.
+func (t *inodeTable) refID(id NodeID) *inode {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.byID[id]
+	if n == nil || n.dropped {
+		return nil
 	}
 	n.lookups++
 	return n

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -47,23 +48,36 @@ func (fs *FS) GetAttr(ctx context.Context, c *Cred, id NodeID) (Attr, time.Durat
 }
 
 // getattrRPC asks the server for a node's attributes and caches them.
+// Concurrent calls for one node share one GETATTR.
 func (fs *FS) getattrRPC(ctx context.Context, c *Cred, n *inode) (nfs3.Fattr, time.Duration, error) {
-	var res nfs3.GetattrRes
-	at := fs.now()
-	if err := fs.call(ctx, c, nfs3.ProcGetattr, &nfs3.GetattrArgs{Obj: n.fh}, &res); err != nil {
-		return nfs3.Fattr{}, 0, err
+	key := "g" + strconv.FormatUint(uint64(n.id), 10)
+	if fs.opts.NoAC {
+		key = ""
 	}
-	if res.Status != nfs3.OK {
-		if res.Status == nfs3.ErrStale {
-			fs.nodes.unlinkFH(n)
+	v, err := fs.flightOrCall(ctx, key, func() (any, error) {
+		var res nfs3.GetattrRes
+		at := fs.now()
+		if err := fs.call(ctx, c, nfs3.ProcGetattr, &nfs3.GetattrArgs{Obj: n.fh}, &res); err != nil {
+			return nil, err
 		}
-		return nfs3.Fattr{}, 0, res.Status
+		if res.Status != nfs3.OK {
+			if res.Status == nfs3.ErrStale {
+				fs.nodes.unlinkFH(n)
+			}
+			return nil, res.Status
+		}
+		n.mu.Lock()
+		fs.applyAttrLocked(n, &res.Attr, at)
+		n.mu.Unlock()
+		return &res.Attr, nil
+	})
+	if err != nil {
+		return nfs3.Fattr{}, 0, err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	fs.applyAttrLocked(n, &res.Attr, at)
 	_, left, _ := n.cachedAttrLocked(fs.now())
-	return res.Attr, left, nil
+	return *v.(*nfs3.Fattr), left, nil
 }
 
 // localAttr converts attributes for the kernel, accounting for data written
@@ -90,87 +104,6 @@ func (n *inode) attrLeft(now time.Time) time.Duration {
 	defer n.mu.Unlock()
 	_, left, _ := n.cachedAttrLocked(now)
 	return left
-}
-
-// rememberChild records that name in dir is node child.
-func rememberChild(dir *inode, name string, child NodeID) {
-	dir.mu.Lock()
-	if dir.children == nil {
-		dir.children = map[string]NodeID{}
-	}
-	dir.children[name] = child
-	dir.mu.Unlock()
-}
-
-// forgetChild drops what we know of name in dir.
-func forgetChild(dir *inode, name string) {
-	dir.mu.Lock()
-	delete(dir.children, name)
-	dir.mu.Unlock()
-}
-
-// knownChild returns the node name in dir was last seen to be, if any.
-func (fs *FS) knownChild(dir *inode, name string) *inode {
-	dir.mu.Lock()
-	id, ok := dir.children[name]
-	dir.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	return fs.nodes.get(id)
-}
-
-// Lookup resolves name in directory parent. A name that does not exist
-// returns ENOENT and, when negative caching is on, an Entry with Node 0 and
-// the time the kernel may remember that.
-func (fs *FS) Lookup(ctx context.Context, c *Cred, parent NodeID, name string) (Entry, error) {
-	dir, err := fs.node(parent)
-	if err != nil {
-		return Entry{}, err
-	}
-	if name == ".." {
-		dir.mu.Lock()
-		p := dir.parent
-		dir.mu.Unlock()
-		if p != 0 {
-			if pn := fs.nodes.get(p); pn != nil {
-				return fs.refEntry(ctx, c, pn, dir)
-			}
-		}
-	}
-	if name == "." {
-		return fs.refEntry(ctx, c, dir, dir)
-	}
-	var res nfs3.LookupRes
-	at := fs.now()
-	args := nfs3.LookupArgs{What: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}}
-	if err := fs.call(ctx, c, nfs3.ProcLookup, &args, &res); err != nil {
-		return Entry{}, err
-	}
-	fs.applyAttr(dir, &res.DirAttr, at)
-	if res.Status != nfs3.OK {
-		forgetChild(dir, name)
-		if res.Status == nfs3.ErrNoEnt && fs.opts.LookupCache == LookupCacheAll && !fs.opts.NoAC {
-			return Entry{EntryTTL: fs.opts.NegTimeo}, res.Status
-		}
-		return Entry{}, res.Status
-	}
-	n := fs.nodes.ref(res.Obj)
-	fs.applyAttr(n, &res.ObjAttr, at)
-	a, err := fs.attrOrFetch(ctx, c, n)
-	if err != nil {
-		fs.nodes.forget(n.id, 1)
-		return Entry{}, err
-	}
-	if name != ".." && a.Type == nfs3.TypeDir {
-		n.mu.Lock()
-		n.parent = dir.id
-		n.mu.Unlock()
-	}
-	if name != ".." {
-		rememberChild(dir, name, n.id)
-	}
-	return fs.entryFor(n, &a, dir), nil
 }
 
 // refEntry returns an entry for a node we already have, with a reference.
@@ -254,6 +187,13 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	if err != nil {
 		return Attr{}, 0, err
 	}
+	if fs.dropNoops(n, &in) {
+		// Nothing would change: answer from the cache, send nothing.
+		n.mu.Lock()
+		a, left, _ := n.cachedAttrLocked(fs.now())
+		n.mu.Unlock()
+		return fs.localAttr(n, &a), left, nil
+	}
 	if in.SetSize || in.Atime.How != TimeOmit || in.Mtime.How != TimeOmit {
 		if err := fs.wb.flush(ctx, n, nfs3.Unstable); err != nil {
 			return Attr{}, 0, err
@@ -265,15 +205,9 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	if err := fs.call(ctx, c, nfs3.ProcSetattr, &args, &res); err != nil {
 		return Attr{}, 0, err
 	}
-	fs.applyWcc(n, &res.Wcc, at)
+	fs.applyWcc(n, &res.Wcc, at, false)
 	if res.Status != nfs3.OK {
 		return Attr{}, 0, res.Status
-	}
-	if in.SetSize {
-		// The file's data changed size under any cached pages.
-		n.mu.Lock()
-		n.dataValid = false
-		n.mu.Unlock()
 	}
 	if !res.Wcc.After.Present {
 		return fs.GetAttr(ctx, c, id)
@@ -281,11 +215,42 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	return fs.localAttr(n, &res.Wcc.After.Attr), n.attrLeft(fs.now()), nil
 }
 
+// dropNoops clears the parts of a SETATTR that a valid cache shows would
+// change nothing — chmod to the current mode, chown to the current owner,
+// truncate to the current size with nothing dirty, an atime-only update —
+// and reports whether nothing is left to send.
+func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
+	n.mu.Lock()
+	a, _, valid := n.cachedAttrLocked(fs.now())
+	n.mu.Unlock()
+	if !valid {
+		return false
+	}
+	if in.SetMode && in.Mode&07777 == a.Mode&07777 {
+		in.SetMode = false
+	}
+	if in.SetUID && in.UID == a.UID {
+		in.SetUID = false
+	}
+	if in.SetGID && in.GID == a.GID {
+		in.SetGID = false
+	}
+	if in.SetSize && in.Size == a.Size && fs.wb.dirtyEnd(n) == 0 {
+		in.SetSize = false
+	}
+	if in.Mtime.How == TimeOmit && !in.SetMode && !in.SetUID && !in.SetGID && !in.SetSize {
+		// Only atime is left: NFS servers keep atime themselves.
+		in.Atime.How = TimeOmit
+	}
+	return !in.SetMode && !in.SetUID && !in.SetGID && !in.SetSize &&
+		in.Atime.How == TimeOmit && in.Mtime.How == TimeOmit
+}
+
 // finishCreate turns the reply of CREATE, MKDIR, SYMLINK or MKNOD into a
 // referenced node, asking for the handle or attributes if the server left
 // them out, as RFC 1813 allows.
 func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string, res *nfs3.CreateRes, at time.Time) (Entry, error) {
-	fs.applyWcc(dir, &res.DirWcc, at)
+	fs.applyWcc(dir, &res.DirWcc, at, false)
 	if res.Status != nfs3.OK {
 		return Entry{}, res.Status
 	}
@@ -306,7 +271,7 @@ func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string
 	// A new file's data is what we will write: nothing cached to distrust.
 	n.dataValid, n.dataMtime, n.dataSize = true, a.Mtime, a.Size
 	n.mu.Unlock()
-	rememberChild(dir, name, n.id)
+	fs.setName(dir, name, n.id, at, true)
 	return fs.entryFor(n, &a, dir), nil
 }
 
@@ -447,7 +412,7 @@ func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName s
 	if err := fs.call(ctx, c, nfs3.ProcLink, &args, &res); err != nil {
 		return Entry{}, err
 	}
-	fs.applyWcc(dir, &res.LinkDirWcc, at)
+	fs.applyWcc(dir, &res.LinkDirWcc, at, false)
 	fs.applyAttr(n, &res.FileAttr, at)
 	if !res.FileAttr.Present {
 		n.invalidateAttr() // nlink and ctime changed
@@ -460,7 +425,7 @@ func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName s
 		return Entry{}, err
 	}
 	fs.nodes.ref(n.fh)
-	rememberChild(dir, newName, n.id)
+	fs.setName(dir, newName, n.id, at, true)
 	return fs.entryFor(n, &a, dir), nil
 }
 
@@ -472,7 +437,7 @@ func (fs *FS) Unlink(ctx context.Context, c *Cred, parent NodeID, name string) e
 	if err != nil {
 		return err
 	}
-	if child := fs.knownChild(dir, name); child != nil && fs.nodes.openCount(child) > 0 {
+	if child := fs.childForUnlink(ctx, c, dir, name); child != nil && fs.nodes.openCount(child) > 0 {
 		return fs.sillyRename(ctx, c, dir, name, child)
 	}
 	return fs.remove(ctx, c, dir, name, nfs3.ProcRemove)
@@ -494,14 +459,14 @@ func (fs *FS) remove(ctx context.Context, c *Cred, dir *inode, name string, proc
 	if err := fs.call(ctx, c, proc, &args, &res); err != nil {
 		return err
 	}
-	fs.applyWcc(dir, &res.DirWcc, at)
+	fs.applyWcc(dir, &res.DirWcc, at, false)
 	if res.Status != nfs3.OK {
 		return res.Status
 	}
 	if child := fs.knownChild(dir, name); child != nil {
 		child.invalidateAttr() // nlink and ctime changed
 	}
-	forgetChild(dir, name)
+	fs.setName(dir, name, 0, at, true)
 	return nil
 }
 
@@ -536,7 +501,7 @@ func (fs *FS) Rename(ctx context.Context, c *Cred, oldParent NodeID, oldName str
 	if err != nil {
 		return err
 	}
-	if victim := fs.knownChild(to, newName); victim != nil && fs.nodes.openCount(victim) > 0 {
+	if victim := fs.childForUnlink(ctx, c, to, newName); victim != nil && fs.nodes.openCount(victim) > 0 {
 		if moved := fs.knownChild(from, oldName); moved != victim {
 			if err := fs.sillyRename(ctx, c, to, newName, victim); err != nil {
 				return err
@@ -554,9 +519,9 @@ func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, 
 	if err := fs.call(ctx, c, nfs3.ProcRename, &args, &res); err != nil {
 		return err
 	}
-	fs.applyWcc(from, &res.FromDirWcc, at)
+	fs.applyWcc(from, &res.FromDirWcc, at, false)
 	if to != from {
-		fs.applyWcc(to, &res.ToDirWcc, at)
+		fs.applyWcc(to, &res.ToDirWcc, at, false)
 	}
 	if res.Status != nfs3.OK {
 		return res.Status
@@ -565,8 +530,7 @@ func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, 
 	if victim := fs.knownChild(to, newName); victim != nil && victim != moved {
 		victim.invalidateAttr()
 	}
-	forgetChild(from, oldName)
-	forgetChild(to, newName)
+	fs.setName(from, oldName, 0, at, true)
 	if moved != nil {
 		moved.invalidateAttr() // ctime changed
 		moved.mu.Lock()
@@ -574,59 +538,11 @@ func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, 
 			moved.parent = to.id
 		}
 		moved.mu.Unlock()
-		rememberChild(to, newName, moved.id)
-	}
-	return nil
-}
-
-// Access mask bits as access(2) takes them.
-const (
-	AccessRead  = 4
-	AccessWrite = 2
-	AccessExec  = 1
-)
-
-// Access checks access(2)-style permission with the server's ACCESS.
-func (fs *FS) Access(ctx context.Context, c *Cred, id NodeID, mask uint32) error {
-	n, err := fs.node(id)
-	if err != nil {
-		return err
-	}
-	if mask == 0 {
-		_, _, err := fs.GetAttr(ctx, c, id)
-		return err
-	}
-	n.mu.Lock()
-	isDir := n.attrValid && n.attr.Type == nfs3.TypeDir
-	n.mu.Unlock()
-	var want uint32
-	if mask&AccessRead != 0 {
-		want |= nfs3.AccessRead
-	}
-	if mask&AccessWrite != 0 {
-		want |= nfs3.AccessModify | nfs3.AccessExtend
-		if isDir {
-			want |= nfs3.AccessDelete
-		}
-	}
-	if mask&AccessExec != 0 {
-		if isDir {
-			want |= nfs3.AccessLookup
-		} else {
-			want |= nfs3.AccessExecute
-		}
-	}
-	var res nfs3.AccessRes
-	at := fs.now()
-	if err := fs.call(ctx, c, nfs3.ProcAccess, &nfs3.AccessArgs{Obj: n.fh, Access: want}, &res); err != nil {
-		return err
-	}
-	fs.applyAttr(n, &res.ObjAttr, at)
-	if res.Status != nfs3.OK {
-		return res.Status
-	}
-	if res.Access&want != want {
-		return syscall.EACCES
+		fs.setName(to, newName, moved.id, at, true)
+	} else {
+		to.mu.Lock()
+		delete(to.names, newName)
+		to.mu.Unlock()
 	}
 	return nil
 }

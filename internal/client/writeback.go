@@ -209,7 +209,7 @@ func (w *writeback) sendOne(ctx context.Context, n *inode, st *fileState, c exte
 		if err = w.fs.call(ctx, &cred, nfs3.ProcWrite, &args, &res); err != nil {
 			break
 		}
-		w.fs.applyWcc(n, &res.Wcc, at)
+		w.fs.applyWcc(n, &res.Wcc, at, true)
 		if res.Status != nfs3.OK {
 			err = res.Status
 			break
@@ -312,7 +312,7 @@ func (w *writeback) commit(ctx context.Context, n *inode, st *fileState) (resent
 	at := w.fs.now()
 	err = w.fs.call(ctx, &cred, nfs3.ProcCommit, &nfs3.CommitArgs{File: n.fh}, &res)
 	if err == nil {
-		w.fs.applyWcc(n, &res.Wcc, at)
+		w.fs.applyWcc(n, &res.Wcc, at, true)
 		if res.Status != nfs3.OK {
 			err = res.Status
 		}

@@ -31,6 +31,8 @@ type FS struct {
 	logf    func(string, ...any)
 	blksize uint32 // st_blksize reported for every file
 	owner   uint32 // the mounting user: may reset the statistics, with root
+
+	notifier *notifier // set by Init
 }
 
 // New returns the adapter for core.

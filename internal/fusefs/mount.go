@@ -64,9 +64,11 @@ type MountConfig struct {
 //   - EnableLocks false: NFSv3 locking is NLM, another protocol; the kernel
 //     keeps locks local to this machine, as nfs(5)'s "nolock" does.
 //   - EnableSymlinkCaching: see the package documentation.
-//   - ExplicitDataCacheControl false: the kernel drops a file's pages when
-//     it sees its size or mtime change (CAP_AUTO_INVAL_DATA), besides the
-//     core's close-to-open decision at open (FOPEN_KEEP_CACHE).
+//   - ExplicitDataCacheControl: the kernel keeps a file's pages until the
+//     core says otherwise — at open (no FOPEN_KEEP_CACHE when the file
+//     changed since the pages were read) or by notification when a reply
+//     shows a change we did not make. Without it the kernel would drop the
+//     pages of every file we write ourselves, since its mtime moves.
 //   - READDIRPLUS always (not CAP_READDIRPLUS_AUTO) unless nordirplus: the
 //     core lists with READDIRPLUS or READDIR per directory stream and a
 //     switch midway costs a refetch, while one READDIRPLUS answers both
@@ -88,21 +90,22 @@ func MountOptions(cfg MountConfig, direct bool) *fuse.MountOptions {
 		logf = func(string, ...any) {}
 	}
 	mo := &fuse.MountOptions{
-		FsName:               cfg.Source,
-		Name:                 fsSubtype,
-		AllowOther:           o.AllowOther,
-		MaxWrite:             MaxWrite,
-		MaxReadAhead:         MaxWrite,
-		MaxBackground:        maxBackground,
-		DisableXAttrs:        false,
-		IgnoreSecurityLabels: true,
-		EnableLocks:          false,
-		EnableSymlinkCaching: true,
-		DisableReadDirPlus:   !o.RdirPlus,
-		ExtraCapabilities:    fuse.CAP_ATOMIC_O_TRUNC,
-		DisableSplice:        true,
-		Debug:                cfg.Debug,
-		Logger:               log.New(logWriter(logf), "", 0),
+		FsName:                   cfg.Source,
+		Name:                     fsSubtype,
+		AllowOther:               o.AllowOther,
+		MaxWrite:                 MaxWrite,
+		MaxReadAhead:             MaxWrite,
+		MaxBackground:            maxBackground,
+		DisableXAttrs:            false,
+		IgnoreSecurityLabels:     true,
+		EnableLocks:              false,
+		EnableSymlinkCaching:     true,
+		ExplicitDataCacheControl: true,
+		DisableReadDirPlus:       !o.RdirPlus,
+		ExtraCapabilities:        fuse.CAP_ATOMIC_O_TRUNC,
+		DisableSplice:            true,
+		Debug:                    cfg.Debug,
+		Logger:                   log.New(logWriter(logf), "", 0),
 	}
 	if direct {
 		mo.DirectMountStrict = true

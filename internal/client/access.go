@@ -1,0 +1,139 @@
+package client
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"hushfs/internal/nfs3"
+)
+
+// The ACCESS cache remembers, per node and identity, which ACCESS bits the
+// server granted. It survives close and open: an entry stays good while
+// the node's mode, owner, group and ctime are those it was made with, and
+// for as long as the node's attribute cache lifetime.
+
+// accessAll asks for every right at once, so one reply answers any later
+// access(2) mask.
+const accessAll = nfs3.AccessRead | nfs3.AccessLookup | nfs3.AccessModify |
+	nfs3.AccessExtend | nfs3.AccessDelete | nfs3.AccessExecute
+
+type accessEntry struct {
+	granted  uint32
+	mode     uint32
+	uid, gid uint32
+	ctime    nfs3.Time
+	at       time.Time
+}
+
+func (e *accessEntry) matches(a *nfs3.Fattr) bool {
+	return e.mode == a.Mode && e.uid == a.UID && e.gid == a.GID && e.ctime == a.Ctime
+}
+
+// credKey names an identity: uid, gid and groups.
+func credKey(c *Cred) string {
+	var b strings.Builder
+	b.WriteString(strconv.FormatUint(uint64(c.UID), 10))
+	b.WriteByte(':')
+	b.WriteString(strconv.FormatUint(uint64(c.GID), 10))
+	for _, g := range c.Groups {
+		b.WriteByte(',')
+		b.WriteString(strconv.FormatUint(uint64(g), 10))
+	}
+	return b.String()
+}
+
+// Access mask bits as access(2) takes them.
+const (
+	AccessRead  = 4
+	AccessWrite = 2
+	AccessExec  = 1
+)
+
+// Access checks access(2)-style permission: the server decides, through
+// ACCESS, answered from the cache while it is valid.
+func (fs *FS) Access(ctx context.Context, c *Cred, id NodeID, mask uint32) error {
+	n, err := fs.node(id)
+	if err != nil {
+		return err
+	}
+	if mask == 0 {
+		_, _, err := fs.GetAttr(ctx, c, id)
+		return err
+	}
+	granted, isDir, err := fs.accessBits(ctx, c, n)
+	if err != nil {
+		return err
+	}
+	var want uint32
+	if mask&AccessRead != 0 {
+		want |= nfs3.AccessRead
+	}
+	if mask&AccessWrite != 0 {
+		want |= nfs3.AccessModify | nfs3.AccessExtend
+		if isDir {
+			want |= nfs3.AccessDelete
+		}
+	}
+	if mask&AccessExec != 0 {
+		if isDir {
+			want |= nfs3.AccessLookup
+		} else {
+			want |= nfs3.AccessExecute
+		}
+	}
+	if granted&want != want {
+		return syscall.EACCES
+	}
+	return nil
+}
+
+// accessBits returns the rights granted to c on n.
+func (fs *FS) accessBits(ctx context.Context, c *Cred, n *inode) (granted uint32, isDir bool, err error) {
+	key := credKey(c)
+	now := fs.now()
+	n.mu.Lock()
+	isDir = n.attrValid && n.attr.Type == nfs3.TypeDir
+	if e, ok := n.access[key]; ok && !fs.opts.NoAC && n.attrValid && e.matches(&n.attr) && now.Sub(e.at) < max(n.attrTimeo, fs.opts.AcRegMin) {
+		n.mu.Unlock()
+		return e.granted, isDir, nil
+	}
+	n.mu.Unlock()
+	flightKey := "a" + strconv.FormatUint(uint64(n.id), 10) + "/" + key
+	if fs.opts.NoAC {
+		flightKey = ""
+	}
+	v, err := fs.flightOrCall(ctx, flightKey, func() (any, error) {
+		var res nfs3.AccessRes
+		at := fs.now()
+		if err := fs.call(ctx, c, nfs3.ProcAccess, &nfs3.AccessArgs{Obj: n.fh, Access: accessAll}, &res); err != nil {
+			return nil, err
+		}
+		fs.applyAttr(n, &res.ObjAttr, at)
+		if res.Status != nfs3.OK {
+			return nil, res.Status
+		}
+		n.mu.Lock()
+		if n.attrValid {
+			if n.access == nil {
+				n.access = map[string]accessEntry{}
+			}
+			if len(n.access) > 64 {
+				clear(n.access) // a node is rarely used by many identities
+			}
+			n.access[key] = accessEntry{granted: res.Access, mode: n.attr.Mode, uid: n.attr.UID,
+				gid: n.attr.GID, ctime: n.attr.Ctime, at: at}
+		}
+		n.mu.Unlock()
+		return res.Access, nil
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	n.mu.Lock()
+	isDir = n.attrValid && n.attr.Type == nfs3.TypeDir
+	n.mu.Unlock()
+	return v.(uint32), isDir, nil
+}

@@ -1,0 +1,308 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"hushfs/internal/nfs3"
+)
+
+// The name cache keeps, per directory, what each looked-up name was:
+// a node (positive entry) or nothing (negative entry). All of a
+// directory's entries are valid for one version of the directory (its
+// mtime and ctime): when the directory's attributes show another version
+// that our own operations do not explain, the entries are dropped and the
+// kernel is told to drop its copies. Our own CREATE, REMOVE, RENAME, ...
+// update the entries they touch and move the version forward (the wcc
+// check), so working in a directory does not throw its names away.
+//
+// Positive entries live as long as the directory's attributes; negative
+// entries also expire negtimeo after they were last confirmed, after which
+// the directory's attributes are fetched again (one GETATTR confirms every
+// negative entry of the directory) before they are trusted.
+
+// dirVersion identifies one state of a directory's contents.
+type dirVersion struct{ mtime, ctime nfs3.Time }
+
+func versionOf(a *nfs3.Fattr) dirVersion { return dirVersion{a.Mtime, a.Ctime} }
+
+// dentry is what we know of one name in a directory.
+type dentry struct {
+	node      NodeID    // 0: the name does not exist
+	validated time.Time // when last known true (negative entries expire from here)
+	kernel    bool      // the kernel was given this binding and must hear if it goes
+}
+
+// namesValidLocked reports whether dir's entries describe its current
+// version.
+//
+// LOCKS_REQUIRED(dir.mu)
+func (dir *inode) namesValidLocked() bool {
+	return dir.attrValid && dir.nameVerOK && dir.nameVer == versionOf(&dir.attr)
+}
+
+// noteVersionLocked moves a directory to the version its new attributes
+// show, dropping its entries if that is not the version they were valid
+// for.
+//
+// LOCKS_REQUIRED(dir.mu)
+func (fs *FS) noteVersionLocked(dir *inode, a *nfs3.Fattr) {
+	v := versionOf(a)
+	if dir.nameVerOK && dir.nameVer == v {
+		return
+	}
+	for name, d := range dir.names {
+		if d.kernel {
+			fs.notify.InvalidateEntry(dir.id, name)
+		}
+	}
+	clear(dir.names)
+	dir.nameVer, dir.nameVerOK = v, true
+}
+
+// setNameLocked records that name in dir is node (0: absent), as of at,
+// if dir's entries are current. kernel says the binding is being handed to
+// the kernel now.
+//
+// LOCKS_REQUIRED(dir.mu)
+func (fs *FS) setNameLocked(dir *inode, name string, node NodeID, at time.Time, kernel bool) {
+	if node == 0 && fs.opts.LookupCache != LookupCacheAll || !dir.namesValidLocked() {
+		delete(dir.names, name)
+		return
+	}
+	if dir.names == nil {
+		dir.names = map[string]*dentry{}
+	}
+	dir.names[name] = &dentry{node: node, validated: at, kernel: kernel}
+}
+
+// setName is setNameLocked taking the lock.
+func (fs *FS) setName(dir *inode, name string, node NodeID, at time.Time, kernel bool) {
+	dir.mu.Lock()
+	fs.setNameLocked(dir, name, node, at, kernel)
+	dir.mu.Unlock()
+}
+
+// knownChild returns the node name in dir was last seen to be, even if the
+// entry is no longer current, or nil.
+func (fs *FS) knownChild(dir *inode, name string) *inode {
+	dir.mu.Lock()
+	d := dir.names[name]
+	dir.mu.Unlock()
+	if d == nil || d.node == 0 {
+		return nil
+	}
+	return fs.nodes.get(d.node)
+}
+
+// cachingNames reports whether lookups may be answered from the cache.
+func (fs *FS) cachingNames() bool {
+	return fs.opts.LookupCache != LookupCacheNone && !fs.opts.NoAC
+}
+
+// Lookup resolves name in directory parent, from the name cache when it
+// can. A name that does not exist returns ENOENT and, with negative
+// caching, an Entry with Node 0 and how long the kernel may remember that.
+func (fs *FS) Lookup(ctx context.Context, c *Cred, parent NodeID, name string) (Entry, error) {
+	dir, err := fs.node(parent)
+	if err != nil {
+		return Entry{}, err
+	}
+	switch name {
+	case ".":
+		return fs.refEntry(ctx, c, dir, dir)
+	case "..":
+		// A directory we reached by name knows its parent: never a LOOKUP.
+		dir.mu.Lock()
+		p := dir.parent
+		dir.mu.Unlock()
+		if pn := fs.nodes.get(p); p != 0 && pn != nil {
+			return fs.refEntry(ctx, c, pn, dir)
+		}
+	}
+	if fs.cachingNames() {
+		if e, err, hit := fs.cachedLookup(ctx, c, dir, name); hit {
+			return e, err
+		}
+	}
+	return fs.lookupRPC(ctx, c, dir, name)
+}
+
+// cachedLookup answers a lookup from the name cache; hit is false when the
+// cache cannot answer.
+func (fs *FS) cachedLookup(ctx context.Context, c *Cred, dir *inode, name string) (e Entry, err error, hit bool) {
+	now := fs.now()
+	dir.mu.Lock()
+	_, _, fresh := dir.cachedAttrLocked(now)
+	dir.mu.Unlock()
+	if !fresh {
+		// One GETATTR of the directory revalidates all its names.
+		if _, _, err := fs.getattrRPC(ctx, c, dir); err != nil {
+			return Entry{}, err, true
+		}
+	}
+	for fetched := false; ; fetched = true {
+		dir.mu.Lock()
+		d := dir.names[name]
+		if d == nil || !dir.namesValidLocked() {
+			dir.mu.Unlock()
+			return Entry{}, nil, false
+		}
+		if d.node != 0 {
+			id := d.node
+			d.kernel = true
+			dir.mu.Unlock()
+			return fs.cachedPositive(ctx, c, dir, name, id)
+		}
+		// A negative entry is trusted for negtimeo after it was last
+		// confirmed: by its LOOKUP, or by directory attributes fetched since
+		// that show the same version.
+		if since := now.Sub(dir.attrTime); since < fs.opts.NegTimeo && dir.attrTime.After(d.validated) {
+			d.validated = dir.attrTime
+		}
+		if age := now.Sub(d.validated); age < fs.opts.NegTimeo {
+			d.kernel = true
+			dir.mu.Unlock()
+			return Entry{EntryTTL: fs.opts.NegTimeo - age}, nfs3.ErrNoEnt, true
+		}
+		dir.mu.Unlock()
+		if fetched {
+			return Entry{}, nil, false
+		}
+		// One GETATTR of the directory confirms all its negative entries.
+		if _, _, err := fs.getattrRPC(ctx, c, dir); err != nil {
+			return Entry{}, err, true
+		}
+		now = fs.now()
+	}
+}
+
+// cachedPositive returns the entry for a cached positive name.
+func (fs *FS) cachedPositive(ctx context.Context, c *Cred, dir *inode, name string, id NodeID) (Entry, error, bool) {
+	n := fs.nodes.refID(id)
+	if n == nil {
+		dir.mu.Lock()
+		delete(dir.names, name)
+		dir.mu.Unlock()
+		return Entry{}, nil, false
+	}
+	n.mu.Lock()
+	a, ok := n.attr, n.attrValid
+	n.mu.Unlock()
+	if !ok {
+		var err error
+		if a, _, err = fs.getattrRPC(ctx, c, n); err != nil {
+			fs.nodes.forget(n.id, 1)
+			return Entry{}, err, true
+		}
+	}
+	// Expired attributes go out with no lifetime: the kernel asks again
+	// when it needs them, and the walk through the name costs nothing.
+	return fs.entryFor(n, &a, dir), nil, true
+}
+
+// lookupResult is one LOOKUP's outcome, shared by concurrent callers.
+type lookupResult struct {
+	fh   nfs3.FH
+	attr nfs3.PostOpAttr
+	at   time.Time
+}
+
+// lookupRPC sends LOOKUP (one for all concurrent lookups of the name) and
+// records the answer in the name cache.
+func (fs *FS) lookupRPC(ctx context.Context, c *Cred, dir *inode, name string) (Entry, error) {
+	key := "l" + strconv.FormatUint(uint64(dir.id), 10) + "/" + name
+	if !fs.cachingNames() {
+		key = "" // sharing would be a cache: with none, everyone asks
+	}
+	v, err := fs.flightOrCall(ctx, key, func() (any, error) {
+		var res nfs3.LookupRes
+		at := fs.now()
+		args := nfs3.LookupArgs{What: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}}
+		if err := fs.call(ctx, c, nfs3.ProcLookup, &args, &res); err != nil {
+			return nil, err
+		}
+		fs.applyAttr(dir, &res.DirAttr, at)
+		replyCurrent := func() bool { // the reply describes the directory as we now know it
+			return res.DirAttr.Present && dir.namesValidLocked() && dir.nameVer == versionOf(&res.DirAttr.Attr)
+		}
+		if res.Status != nfs3.OK {
+			dir.mu.Lock()
+			if res.Status == nfs3.ErrNoEnt && replyCurrent() {
+				fs.setNameLocked(dir, name, 0, at, true)
+			} else {
+				delete(dir.names, name)
+			}
+			dir.mu.Unlock()
+			return nil, res.Status
+		}
+		r := &lookupResult{fh: append(nfs3.FH(nil), res.Obj...), attr: res.ObjAttr, at: at}
+		n := fs.nodes.ref(r.fh)
+		defer fs.nodes.forget(n.id, 1) // held only while recording the name
+		fs.applyAttr(n, &r.attr, at)
+		dir.mu.Lock()
+		if replyCurrent() {
+			fs.setNameLocked(dir, name, n.id, at, true)
+		} else {
+			delete(dir.names, name)
+		}
+		dir.mu.Unlock()
+		return r, nil
+	})
+	if err != nil {
+		if err == nfs3.ErrNoEnt && fs.opts.LookupCache == LookupCacheAll && !fs.opts.NoAC {
+			return Entry{EntryTTL: fs.opts.NegTimeo}, err
+		}
+		return Entry{}, err
+	}
+	r := v.(*lookupResult)
+	n := fs.nodes.ref(r.fh)
+	fs.applyAttr(n, &r.attr, r.at)
+	a, err := fs.attrOrFetch(ctx, c, n)
+	if err != nil {
+		fs.nodes.forget(n.id, 1)
+		return Entry{}, err
+	}
+	if a.Type == nfs3.TypeDir {
+		n.mu.Lock()
+		n.parent = dir.id
+		n.mu.Unlock()
+	}
+	return fs.entryFor(n, &a, dir), nil
+}
+
+// flightOrCall runs fn shared by key, or alone when key is empty. A caller
+// that joined a call whose own caller was interrupted asks again itself.
+func (fs *FS) flightOrCall(ctx context.Context, key string, fn func() (any, error)) (any, error) {
+	if key == "" {
+		return fn()
+	}
+	v, err := fs.inflight.do(key, fn)
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil {
+		return fn()
+	}
+	return v, err
+}
+
+// childForUnlink returns the node name in dir names, from the cache or,
+// when files are open and the cache cannot say, from the server: an open
+// file must be hidden rather than removed.
+func (fs *FS) childForUnlink(ctx context.Context, c *Cred, dir *inode, name string) *inode {
+	if n := fs.knownChild(dir, name); n != nil {
+		return n
+	}
+	fs.openMu.Lock()
+	anyOpen := len(fs.files) > 0
+	fs.openMu.Unlock()
+	if !anyOpen {
+		return nil
+	}
+	var res nfs3.LookupRes
+	args := nfs3.LookupArgs{What: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}}
+	if err := fs.call(ctx, c, nfs3.ProcLookup, &args, &res); err != nil || res.Status != nfs3.OK {
+		return nil
+	}
+	return fs.nodes.lookupFH(res.Obj)
+}
