@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,12 +18,13 @@ import (
 	"hushfs/internal/fusefs"
 )
 
-const statsUsage = `usage: hushfs stats MOUNTPOINT [--json] [--reset]
-  --json   print the raw statistics (JSON) instead of the table
-  --reset  zero the counters after printing them`
+const statsUsage = `usage: hushfs stats MOUNTPOINT [--json] [--origins] [--reset]
+  --json     print the raw statistics (JSON) instead of the table
+  --origins  also show which kernel operations caused the NFS calls
+  --reset    zero the counters after printing them`
 
 func runStats(args []string) error {
-	asJSON, reset := false, false
+	asJSON, reset, origins := false, false, false
 	var pos []string
 	for _, arg := range args {
 		switch arg {
@@ -30,6 +32,8 @@ func runStats(args []string) error {
 			asJSON = true
 		case "--reset", "-reset":
 			reset = true
+		case "--origins", "-origins":
+			origins = true
 		case "-h", "--help", "-help":
 			fmt.Fprintln(os.Stderr, statsUsage)
 			return flag.ErrHelp
@@ -62,6 +66,9 @@ func runStats(args []string) error {
 			}
 		}
 		printStats(os.Stdout, mnt, source, &s, time.Now())
+		if origins {
+			printOrigins(os.Stdout, &s)
+		}
 	}
 	if reset {
 		if err := unix.Setxattr(mnt, fusefs.StatsXAttr, []byte(fusefs.StatsReset), 0); err != nil {
@@ -137,4 +144,28 @@ func printStats(w io.Writer, mnt, source string, s *client.Snapshot, now time.Ti
 		line(name, s.Ops[name])
 	}
 	tw.Flush()
+}
+
+// printOrigins prints, per kernel operation, the NFS calls it caused.
+func printOrigins(w io.Writer, s *client.Snapshot) {
+	ops := make([]string, 0, len(s.Origins))
+	for o := range s.Origins {
+		ops = append(ops, o)
+	}
+	sort.Strings(ops)
+	fmt.Fprintln(w, "NFS calls by the kernel operation that caused them:")
+	for _, o := range ops {
+		procs := make([]string, 0, len(s.Origins[o]))
+		for p := range s.Origins[o] {
+			procs = append(procs, p)
+		}
+		sort.Strings(procs)
+		var parts []string
+		var total uint64
+		for _, p := range procs {
+			parts = append(parts, fmt.Sprintf("%s %d", p, s.Origins[o][p]))
+			total += s.Origins[o][p]
+		}
+		fmt.Fprintf(w, "  %-10s %6d  %s\n", o, total, strings.Join(parts, ", "))
+	}
 }

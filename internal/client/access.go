@@ -11,9 +11,15 @@ import (
 )
 
 // The ACCESS cache remembers, per node and identity, which ACCESS bits the
-// server granted. It survives close and open: an entry stays good while
-// the node's mode, owner, group and ctime are those it was made with, and
-// for as long as the node's attribute cache lifetime.
+// server granted. It survives close and open: an entry stays good while the
+// node's attributes are within their lifetime (close-to-open refreshes them
+// at every open) and its mode, owner, group and ctime are those the entry
+// was made with — a change of rights changes one of them.
+//
+// A file's creator also gets an entry made from the new file's owner bits,
+// marked as seeded: it only ever grants (what the owner bits allow, the
+// server allows its owner), and anything it does not grant is asked of the
+// server, so it never denies what the server would allow (root, ACLs).
 
 // accessAll asks for every right at once, so one reply answers any later
 // access(2) mask.
@@ -22,6 +28,7 @@ const accessAll = nfs3.AccessRead | nfs3.AccessLookup | nfs3.AccessModify |
 
 type accessEntry struct {
 	granted  uint32
+	seeded   bool // made from the owner bits, not by the server
 	mode     uint32
 	uid, gid uint32
 	ctime    nfs3.Time
@@ -63,10 +70,9 @@ func (fs *FS) Access(ctx context.Context, c *Cred, id NodeID, mask uint32) error
 		_, _, err := fs.GetAttr(ctx, c, id)
 		return err
 	}
-	granted, isDir, err := fs.accessBits(ctx, c, n)
-	if err != nil {
-		return err
-	}
+	n.mu.Lock()
+	isDir := n.attrValid && n.attr.Type == nfs3.TypeDir
+	n.mu.Unlock()
 	var want uint32
 	if mask&AccessRead != 0 {
 		want |= nfs3.AccessRead
@@ -84,21 +90,26 @@ func (fs *FS) Access(ctx context.Context, c *Cred, id NodeID, mask uint32) error
 			want |= nfs3.AccessExecute
 		}
 	}
+	granted, err := fs.accessBits(ctx, c, n, want)
+	if err != nil {
+		return err
+	}
 	if granted&want != want {
 		return syscall.EACCES
 	}
 	return nil
 }
 
-// accessBits returns the rights granted to c on n.
-func (fs *FS) accessBits(ctx context.Context, c *Cred, n *inode) (granted uint32, isDir bool, err error) {
+// accessBits returns the rights granted to c on n, from the cache when it
+// can answer for want.
+func (fs *FS) accessBits(ctx context.Context, c *Cred, n *inode, want uint32) (uint32, error) {
 	key := credKey(c)
 	now := fs.now()
 	n.mu.Lock()
-	isDir = n.attrValid && n.attr.Type == nfs3.TypeDir
-	if e, ok := n.access[key]; ok && !fs.opts.NoAC && n.attrValid && e.matches(&n.attr) && now.Sub(e.at) < max(n.attrTimeo, fs.opts.AcRegMin) {
+	_, _, fresh := n.cachedAttrLocked(now)
+	if e, ok := n.access[key]; ok && fresh && e.matches(&n.attr) && (!e.seeded || e.granted&want == want) {
 		n.mu.Unlock()
-		return e.granted, isDir, nil
+		return e.granted, nil
 	}
 	n.mu.Unlock()
 	flightKey := "a" + strconv.FormatUint(uint64(n.id), 10) + "/" + key
@@ -130,10 +141,32 @@ func (fs *FS) accessBits(ctx context.Context, c *Cred, n *inode) (granted uint32
 		return res.Access, nil
 	})
 	if err != nil {
-		return 0, false, err
+		return 0, err
 	}
+	return v.(uint32), nil
+}
+
+// seedAccess records what a file's creator may do with it, from the owner
+// bits of its attributes (see the seeded entries above).
+func (fs *FS) seedAccess(c *Cred, n *inode, at time.Time) {
 	n.mu.Lock()
-	isDir = n.attrValid && n.attr.Type == nfs3.TypeDir
-	n.mu.Unlock()
-	return v.(uint32), isDir, nil
+	defer n.mu.Unlock()
+	a := &n.attr
+	if !n.attrValid || a.UID != c.UID || a.Type != nfs3.TypeReg || fs.opts.NoAC {
+		return
+	}
+	var g uint32
+	if a.Mode&0o400 != 0 {
+		g |= nfs3.AccessRead
+	}
+	if a.Mode&0o200 != 0 {
+		g |= nfs3.AccessModify | nfs3.AccessExtend
+	}
+	if a.Mode&0o100 != 0 {
+		g |= nfs3.AccessExecute
+	}
+	if n.access == nil {
+		n.access = map[string]accessEntry{}
+	}
+	n.access[credKey(c)] = accessEntry{granted: g, seeded: true, mode: a.Mode, uid: a.UID, gid: a.GID, ctime: a.Ctime, at: at}
 }

@@ -103,6 +103,7 @@ func (fs *FS) applyAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
 	}
 	if n.dataValid && (n.dataMtime != a.Mtime || n.dataSize != a.Size) {
 		n.dataValid = false
+		n.dataGen++
 		fs.notify.InvalidateData(n.id)
 	}
 }
@@ -143,6 +144,14 @@ func (fs *FS) applyWcc(n *inode, w *nfs3.WccData, at time.Time, ours bool) {
 		}
 		if n.nameVerOK && n.nameVer == versionOf(&n.attr) {
 			n.nameVer = versionOf(after)
+		}
+		// Our own change moved ctime; rights change only with mode or
+		// owner, which the entries still check.
+		for k, e := range n.access {
+			if e.matches(&n.attr) {
+				e.ctime = after.Ctime
+				n.access[k] = e
+			}
 		}
 	}
 	fs.applyAttrLocked(n, &w.After.Attr, at)

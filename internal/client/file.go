@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"syscall"
+	"time"
 
 	"hushfs/internal/nfs3"
 )
@@ -92,7 +93,13 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	// Close-to-open: fresh attributes at every open (with nocto, only when
 	// the cache has expired). The permission check after it is then
 	// answered by the ACCESS cache as long as mode and owner are unchanged.
-	if fs.opts.CTO {
+	// An open that truncates gets them from its SETATTR's reply instead.
+	trunc := flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	if trunc {
+		if _, err := fs.attrOrFetch(ctx, c, n); err != nil {
+			return 0, false, err
+		}
+	} else if fs.opts.CTO {
 		if _, _, err := fs.getattrRPC(ctx, c, n); err != nil {
 			return 0, false, err
 		}
@@ -102,8 +109,8 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	if err := fs.Access(ctx, c, id, accessForOpen(flags)); err != nil {
 		return 0, false, err
 	}
-	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
-		if _, _, err := fs.SetAttr(ctx, c, id, SetAttrIn{SetSize: true}); err != nil {
+	if trunc {
+		if _, _, err := fs.truncateOnOpen(ctx, c, n); err != nil {
 			return 0, false, err
 		}
 	}
@@ -115,6 +122,13 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	}
 	n.mu.Unlock()
 	return fs.addOpenFile(n, flags, c).id, keepCache, nil
+}
+
+// truncateOnOpen empties a file for open(O_TRUNC): a SETATTR even when the
+// cache says the file is already empty, since the open did not revalidate.
+func (fs *FS) truncateOnOpen(ctx context.Context, c *Cred, n *inode) (Attr, time.Duration, error) {
+	n.invalidateAttr()
+	return fs.SetAttr(ctx, c, n.id, SetAttrIn{SetSize: true})
 }
 
 // Create creates and opens a regular file. O_EXCL becomes an EXCLUSIVE
@@ -143,6 +157,9 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 		return 0, err
 	}
 	n := of.node
+	if got, ok := fs.wb.readLocal(n, off, dst); ok {
+		return got, nil
+	}
 	type piece struct {
 		got int
 		eof bool
@@ -175,6 +192,12 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 	clear(dst[valid:])
 	if reach := fs.wb.overlay(n, off, dst); reach > valid {
 		valid = reach
+	}
+	// Dirty data beyond this range makes the file longer than the server
+	// knows: up to there this range is a hole, not end of file. A short
+	// read here would make the kernel shrink its idea of the file's size.
+	if end := fs.wb.dirtyEnd(n); end > off {
+		valid = max(valid, int(min(uint64(len(dst)), end-off)))
 	}
 	return valid, nil
 }

@@ -275,6 +275,7 @@ func (fs *FS) auth(c *Cred) rpc.OpaqueAuth {
 
 // call sends one NFSv3 request with the caller's credential.
 func (fs *FS) call(ctx context.Context, c *Cred, proc uint32, args rpc.Marshaler, res rpc.Unmarshaler) error {
+	fs.stats.countOrigin(originOf(ctx), proc)
 	return fs.nfs.Call(ctx, nfs3.Program, nfs3.Version, proc, fs.auth(c), args, res)
 }
 

@@ -34,6 +34,7 @@ type inode struct {
 	dataMtime nfs3.Time
 	dataSize  uint64
 	dataValid bool
+	dataGen   uint64 // bumped whenever cached data stops being valid
 	parent    NodeID // directory this node was last reached from ('..' of a directory)
 	// names: the directory's name cache (see namecache.go), valid for the
 	// directory version nameVer.

@@ -209,6 +209,9 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	if res.Status != nfs3.OK {
 		return Attr{}, 0, res.Status
 	}
+	if in.SetSize {
+		fs.wb.truncated(n, in.Size)
+	}
 	if !res.Wcc.After.Present {
 		return fs.GetAttr(ctx, c, id)
 	}
@@ -217,8 +220,10 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 
 // dropNoops clears the parts of a SETATTR that a valid cache shows would
 // change nothing — chmod to the current mode, chown to the current owner,
-// truncate to the current size with nothing dirty, an atime-only update —
-// and reports whether nothing is left to send.
+// truncate to the current size with nothing dirty — and reports whether
+// nothing is left to send. A time is never dropped: the kernel sends no
+// atime updates of its own to a FUSE file system (its inodes are
+// S_NOATIME), so every time that arrives is an explicit utimensat.
 func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
 	n.mu.Lock()
 	a, _, valid := n.cachedAttrLocked(fs.now())
@@ -237,10 +242,6 @@ func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
 	}
 	if in.SetSize && in.Size == a.Size && fs.wb.dirtyEnd(n) == 0 {
 		in.SetSize = false
-	}
-	if in.Mtime.How == TimeOmit && !in.SetMode && !in.SetUID && !in.SetGID && !in.SetSize {
-		// Only atime is left: NFS servers keep atime themselves.
-		in.Atime.How = TimeOmit
 	}
 	return !in.SetMode && !in.SetUID && !in.SetGID && !in.SetSize &&
 		in.Atime.How == TimeOmit && in.Mtime.How == TimeOmit
@@ -363,8 +364,14 @@ func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode
 		return Entry{}, false, err
 	}
 	e, err := fs.finishCreate(ctx, c, dir, name, &res, at)
-	if err != nil || !excl {
+	if err != nil {
 		return e, false, err
+	}
+	if !excl {
+		if n := fs.nodes.get(e.Node); n != nil {
+			fs.seedAccess(c, n, at)
+		}
+		return e, false, nil
 	}
 	// The exclusive create stored its verifier in the times: set the real
 	// mode and times now.
@@ -375,6 +382,9 @@ func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode
 		return Entry{}, false, err
 	}
 	e.Attr, e.AttrTTL = a, ttl
+	if n := fs.nodes.get(e.Node); n != nil {
+		fs.seedAccess(c, n, at)
+	}
 	return e, true, nil
 }
 

@@ -1,6 +1,8 @@
 package client
 
 import (
+	"context"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -38,14 +40,43 @@ func (s *OpStats) add(c *rpc.CallStats) {
 	s.Execute += c.Execute
 }
 
-// Stats counts RPCs per program and procedure since mount.
+// Stats counts RPCs per program and procedure since mount, and NFS calls
+// per origin: the kernel operation (lookup, open, getattr, ...) that
+// caused them.
 type Stats struct {
-	mu    sync.Mutex
-	start time.Time
-	ops   map[string]*OpStats // GUARDED_BY(mu); key: "NFS3 GETATTR", "MOUNT3 MNT", ...
+	mu      sync.Mutex
+	start   time.Time
+	ops     map[string]*OpStats          // GUARDED_BY(mu); key: "GETATTR", "MOUNT:MNT", ...
+	origins map[string]map[string]uint64 // GUARDED_BY(mu); origin → procedure → calls
 }
 
-func newStats() *Stats { return &Stats{start: time.Now(), ops: map[string]*OpStats{}} }
+func newStats() *Stats {
+	return &Stats{start: time.Now(), ops: map[string]*OpStats{}, origins: map[string]map[string]uint64{}}
+}
+
+// OriginKey is the context key under which a caller names the operation an
+// RPC is made for; calls without one count as "internal" (write-back, for
+// one).
+type OriginKey struct{}
+
+func originOf(ctx context.Context) string {
+	if s, ok := ctx.Value(OriginKey{}).(string); ok {
+		return s
+	}
+	return "internal"
+}
+
+// countOrigin records one NFS call of proc made for origin.
+func (s *Stats) countOrigin(origin string, proc uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.origins[origin]
+	if m == nil {
+		m = map[string]uint64{}
+		s.origins[origin] = m
+	}
+	m[nfs3.ProcName(proc)]++
+}
 
 func procKey(prog, vers, proc uint32) string {
 	switch prog {
@@ -74,17 +105,21 @@ func (s *Stats) observe(c *rpc.CallStats) {
 
 // Snapshot is a copy of the counters at one moment.
 type Snapshot struct {
-	Since time.Time          `json:"since"`
-	Ops   map[string]OpStats `json:"ops"` // NFS procedures by name; MOUNT:/PORTMAP: prefixed
+	Since   time.Time                    `json:"since"`
+	Ops     map[string]OpStats           `json:"ops"`     // NFS procedures by name; MOUNT:/PORTMAP: prefixed
+	Origins map[string]map[string]uint64 `json:"origins"` // kernel operation → NFS procedure → calls
 }
 
 // Snapshot copies the counters.
 func (s *Stats) Snapshot() Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := Snapshot{Since: s.start, Ops: make(map[string]OpStats, len(s.ops))}
+	out := Snapshot{Since: s.start, Ops: make(map[string]OpStats, len(s.ops)), Origins: map[string]map[string]uint64{}}
 	for k, v := range s.ops {
 		out.Ops[k] = *v
+	}
+	for o, m := range s.origins {
+		out.Origins[o] = maps.Clone(m)
 	}
 	return out
 }
@@ -94,6 +129,7 @@ func (s *Stats) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ops = map[string]*OpStats{}
+	s.origins = map[string]map[string]uint64{}
 	s.start = time.Now()
 }
 

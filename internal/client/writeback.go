@@ -34,6 +34,17 @@ type fileState struct {
 	err      error         // last write-back error
 	errSeq   uint64        // count of write-back errors; descriptors compare with it
 	cred     Cred          // credential write-back is done with: the last writer's
+
+	// clean is data the server acknowledged: equal to the server's copy
+	// while the node's dataGen is still cleanGen. Reads of it send nothing.
+	clean    extents
+	cleanGen uint64
+	// baseSize is the server's size before our pending writes (taken when
+	// the file last went from clean to dirty, under dataGen baseGen): bytes
+	// at or past it that we did not write are holes, known to be zeros.
+	baseSize uint64
+	baseGen  uint64
+	baseOK   bool
 }
 
 type uncommitted struct {
@@ -48,10 +59,15 @@ type writeback struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	// GUARDED_BY(mu)
-	bytes uint64 // dirty + in flight + uncommitted bytes, all files
-	limit uint64 // above this, writers wait for write-back
-	files map[*inode]bool
+	bytes      uint64 // dirty + in flight + uncommitted bytes, all files
+	limit      uint64 // above this, writers wait for write-back
+	cleanBytes uint64 // clean (acknowledged) data kept for reading back
+	files      map[*inode]bool
 }
+
+// cleanLimit bounds the acknowledged data kept to answer reads of what we
+// wrote; beyond it, other files' clean data is dropped.
+const cleanLimit = 256 << 20
 
 // dirtyLimit bounds the memory write-back may hold; writers beyond it wait.
 const dirtyLimit = 512 << 20
@@ -115,11 +131,15 @@ func (w *writeback) dirtyEnd(n *inode) uint64 {
 // not yet seen by this descriptor instead, so that no error is lost.
 func (w *writeback) write(ctx context.Context, of *openFile, c *Cred, off uint64, p []byte, stable nfs3.StableHow) error {
 	n := of.node
+	base := w.fs.dataSnapshot(n)
 	st := w.state(n)
 	st.mu.Lock()
 	if err := of.takeErrLocked(st); err != nil {
 		st.mu.Unlock()
 		return err
+	}
+	if len(st.dirty) == 0 && len(st.inflight) == 0 && len(st.unstable) == 0 {
+		st.baseSize, st.baseGen, st.baseOK = base.size, base.gen, base.fresh
 	}
 	st.cred = Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)}
 	before := st.dirty.bytes()
@@ -159,6 +179,12 @@ func (st *fileState) takeStreamLocked(wsize uint64) []extent {
 	}
 	take := (full - 1) * wsize
 	chunk := extent{off: last.off, data: last.data[:take:take]}
+	// Never two WRITEs of one range in flight: they could land in either
+	// order. Overwrites of data being sent wait for the next flush.
+	if len(uncovered(chunk.off, chunk.end(), st.inflight)) != 1 ||
+		uncovered(chunk.off, chunk.end(), st.inflight)[0] != (interval{chunk.off, chunk.end()}) {
+		return nil
+	}
 	last.off += take
 	last.data = last.data[take:]
 	out := extents{chunk}.chunks(int(wsize))
@@ -199,6 +225,7 @@ func (w *writeback) sendOne(ctx context.Context, n *inode, st *fileState, c exte
 	st.mu.Lock()
 	cred := st.cred
 	st.mu.Unlock()
+	var done extents // acknowledged ranges, kept as clean data
 	var err error
 	var acked []uncommitted
 	rest := c
@@ -218,16 +245,22 @@ func (w *writeback) sendOne(ctx context.Context, n *inode, st *fileState, c exte
 			err = fmt.Errorf("WRITE at %d: server wrote %d of %d bytes: %w", rest.off, res.Count, args.Count, nfs3.ErrIO)
 			break
 		}
-		done := extent{off: rest.off, data: rest.data[:res.Count]}
+		ack := extent{off: rest.off, data: rest.data[:res.Count]}
 		if res.Committed == nfs3.Unstable {
-			acked = append(acked, uncommitted{extent: done, verf: res.Verf})
+			acked = append(acked, uncommitted{extent: ack, verf: res.Verf})
 		}
+		done = append(done, ack)
 		rest = extent{off: rest.off + uint64(res.Count), data: rest.data[res.Count:]}
 	}
+	gen := w.fs.dataSnapshot(n).gen
 	st.mu.Lock()
 	st.removeInflightLocked(c)
 	st.sending--
 	st.unstable = append(st.unstable, acked...)
+	for _, d := range done {
+		w.addCleanLocked(st, gen, d)
+	}
+	defer w.evictClean(st)
 	if err != nil {
 		st.setErrLocked(fmt.Errorf("write-back of %d bytes at offset %d: %w", len(c.data), c.off, err))
 	}
@@ -267,10 +300,12 @@ func (w *writeback) flush(ctx context.Context, n *inode, stable nfs3.StableHow) 
 		return nil
 	}
 	for attempt := 0; ; attempt++ {
+		gen := w.fs.dataSnapshot(n).gen
 		st.mu.Lock()
 		for st.sending > 0 {
 			st.cond.Wait()
 		}
+		w.fillGapsLocked(st, gen)
 		chunks := st.dirty.chunks(int(w.fs.wsize))
 		mode := nfs3.Unstable
 		if stable != nfs3.Unstable && len(chunks) == 1 && len(st.unstable) == 0 {
@@ -364,18 +399,24 @@ func (w *writeback) overlay(n *inode, off uint64, dst []byte) int {
 	return max(reach, st.dirty.overlay(off, dst))
 }
 
-// truncate drops dirty data beyond size (a truncate after a flush).
-func (w *writeback) truncate(n *inode, size uint64) {
+// truncated records our own truncation of the file to size: data kept
+// past it is gone, and so is everything the server had there.
+func (w *writeback) truncated(n *inode, size uint64) {
 	st := peek(n)
 	if st == nil {
 		return
 	}
 	st.mu.Lock()
-	before := st.dirty.bytes()
+	before, cleanBefore := st.dirty.bytes(), st.clean.bytes()
 	st.dirty = st.dirty.truncate(size)
-	after := st.dirty.bytes()
+	st.clean = st.clean.truncate(size)
+	st.baseSize = min(st.baseSize, size)
+	after, cleanAfter := st.dirty.bytes(), st.clean.bytes()
 	st.mu.Unlock()
 	w.account(int64(after) - int64(before))
+	w.mu.Lock()
+	w.cleanBytes -= cleanBefore - cleanAfter
+	w.mu.Unlock()
 }
 
 // flushAll flushes and commits every file (at unmount).
@@ -395,16 +436,17 @@ func (w *writeback) flushAll(ctx context.Context) error {
 	return first
 }
 
-// release forgets n's write-back state once it is clean.
+// release forgets n's write-back state once it has nothing pending and
+// no clean data worth keeping.
 func (w *writeback) release(n *inode) {
 	st := peek(n)
 	if st == nil {
 		return
 	}
 	st.mu.Lock()
-	clean := len(st.dirty) == 0 && st.sending == 0 && len(st.unstable) == 0
+	idle := len(st.dirty) == 0 && st.sending == 0 && len(st.unstable) == 0 && len(st.clean) == 0
 	st.mu.Unlock()
-	if !clean {
+	if !idle {
 		return
 	}
 	n.mu.Lock()

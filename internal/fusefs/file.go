@@ -9,7 +9,7 @@ import (
 // Create creates and opens a regular file. A new file has no cached pages
 // to keep.
 func (fs *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	e, fh, err := fs.core.Create(ctx(cancel), fs.creds.cred(&in.InHeader), node(in.NodeId), name, in.Flags, in.Mode)
+	e, fh, err := fs.core.Create(ctx(cancel, "create"), fs.creds.cred(&in.InHeader), node(in.NodeId), name, in.Flags, in.Mode)
 	if err != nil {
 		return status(err)
 	}
@@ -21,7 +21,7 @@ func (fs *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 // Open opens a file. The core decides whether the kernel's cached pages
 // are still the file's (close-to-open).
 func (fs *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	fh, keep, err := fs.core.Open(ctx(cancel), fs.creds.cred(&in.InHeader), node(in.NodeId), in.Flags)
+	fh, keep, err := fs.core.Open(ctx(cancel, "open"), fs.creds.cred(&in.InHeader), node(in.NodeId), in.Flags)
 	if err != nil {
 		return status(err)
 	}
@@ -39,7 +39,7 @@ func (fs *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Re
 		dst = make([]byte, in.Size)
 	}
 	dst = dst[:in.Size]
-	n, err := fs.core.Read(ctx(cancel), fs.creds.cred(&in.InHeader), in.Fh, in.Offset, dst)
+	n, err := fs.core.Read(ctx(cancel, "read"), fs.creds.cred(&in.InHeader), in.Fh, in.Offset, dst)
 	if err != nil {
 		return nil, status(err)
 	}
@@ -49,7 +49,7 @@ func (fs *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Re
 // Write hands data to the core, which copies it (go-fuse reuses the
 // buffer once the call returns).
 func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	n, err := fs.core.Write(ctx(cancel), fs.creds.cred(&in.InHeader), in.Fh, in.Offset, data)
+	n, err := fs.core.Write(ctx(cancel, "write"), fs.creds.cred(&in.InHeader), in.Fh, in.Offset, data)
 	if err != nil {
 		return 0, status(err)
 	}
@@ -59,12 +59,12 @@ func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint
 // Flush is a close(2) of one descriptor: the core writes back and commits
 // (close-to-open) and reports any write-back error.
 func (fs *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
-	return status(fs.core.Flush(ctx(cancel), fs.creds.cred(&in.InHeader), in.Fh))
+	return status(fs.core.Flush(ctx(cancel, "flush"), fs.creds.cred(&in.InHeader), in.Fh))
 }
 
 // Fsync makes the file's data durable on the server.
 func (fs *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	return status(fs.core.Fsync(ctx(cancel), fs.creds.cred(&in.InHeader), in.Fh))
+	return status(fs.core.Fsync(ctx(cancel, "fsync"), fs.creds.cred(&in.InHeader), in.Fh))
 }
 
 // Release is the last close of an open file. The kernel expects no answer

@@ -71,26 +71,36 @@ func status(err error) fuse.Status {
 	return fuse.Status(client.Errno(err))
 }
 
-// cancelCtx is a request's context: done when go-fuse closes the request's
-// cancel channel (the kernel sent INTERRUPT, or the connection died). It
-// is the channel itself, so no goroutine watches it.
-type cancelCtx <-chan struct{}
+// reqCtx is a request's context: done when go-fuse closes the request's
+// cancel channel (the kernel sent INTERRUPT, or the connection died), so no
+// goroutine watches it. It also names the kernel operation, which the core
+// counts RPCs by (client.OriginKey).
+type reqCtx struct {
+	cancel <-chan struct{}
+	op     string
+}
 
-func (c cancelCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (c cancelCtx) Done() <-chan struct{}       { return c }
-func (c cancelCtx) Value(any) any               { return nil }
+func (c *reqCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *reqCtx) Done() <-chan struct{}       { return c.cancel }
 
-func (c cancelCtx) Err() error {
+func (c *reqCtx) Value(key any) any {
+	if key == (client.OriginKey{}) {
+		return c.op
+	}
+	return nil
+}
+
+func (c *reqCtx) Err() error {
 	select {
-	case <-c:
+	case <-c.cancel:
 		return context.Canceled
 	default:
 		return nil
 	}
 }
 
-// ctx turns a cancel channel into a context.
-func ctx(cancel <-chan struct{}) context.Context { return cancelCtx(cancel) }
+// ctx turns a cancel channel into a context for the kernel operation op.
+func ctx(cancel <-chan struct{}, op string) context.Context { return &reqCtx{cancel, op} }
 
 // node converts a FUSE node ID.
 func node(id uint64) client.NodeID { return client.NodeID(id) }

@@ -21,12 +21,15 @@ import (
 
 func TestCancelCtx(t *testing.T) {
 	ch := make(chan struct{})
-	c := ctx(ch)
+	c := ctx(ch, "open")
 	if _, ok := c.Deadline(); ok {
 		t.Error("Deadline reported one")
 	}
 	if c.Value("x") != nil {
 		t.Error("Value returned something")
+	}
+	if c.Value(client.OriginKey{}) != "open" {
+		t.Error("the operation is not the RPCs' origin")
 	}
 	if c.Err() != nil {
 		t.Errorf("Err before cancel = %v", c.Err())

@@ -1,0 +1,210 @@
+package client
+
+import "sort"
+
+// Data we wrote and the server acknowledged stays with the file as clean
+// data, so reading it back (a linker reading the objects the assembler just
+// wrote) sends no READ. It is valid while the file's data generation is
+// unchanged: any change we did not make bumps the generation (see
+// applyAttrLocked) and the clean data is dropped at its next use.
+//
+// The server's size before our pending writes is also remembered: bytes at
+// or past it that we did not write are holes, so a gap between two dirty
+// extents there can be sent as zeros, and a file written with seeks (an
+// object file with fixups) still goes out as one WRITE.
+
+// maxGapFill bounds the gap between dirty extents filled to merge them.
+const maxGapFill = 128 << 10
+
+// dataSnap is what write-back needs to know of a node's cached attributes.
+type dataSnap struct {
+	gen   uint64 // data generation
+	size  uint64 // the server's size as cached
+	fresh bool   // attributes within their lifetime and data valid
+}
+
+func (fs *FS) dataSnapshot(n *inode) dataSnap {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, _, fresh := n.cachedAttrLocked(fs.now())
+	return dataSnap{gen: n.dataGen, size: n.attr.Size, fresh: fresh && n.dataValid}
+}
+
+// addCleanLocked records acknowledged data. It reports whether the mount
+// now keeps more clean data than it should.
+//
+// LOCKS_REQUIRED(st.mu)
+func (w *writeback) addCleanLocked(st *fileState, gen uint64, e extent) {
+	if st.cleanGen != gen {
+		w.dropCleanLocked(st)
+		st.cleanGen = gen
+	}
+	before := st.clean.bytes()
+	st.clean = st.clean.insert(e.off, e.data)
+	w.mu.Lock()
+	w.cleanBytes += st.clean.bytes() - before
+	w.mu.Unlock()
+}
+
+// LOCKS_REQUIRED(st.mu)
+func (w *writeback) dropCleanLocked(st *fileState) {
+	n := st.clean.bytes()
+	st.clean = nil
+	w.mu.Lock()
+	w.cleanBytes -= n
+	w.mu.Unlock()
+}
+
+// evictClean drops other files' clean data while the mount keeps more than
+// cleanLimit. keep's is dropped last.
+func (w *writeback) evictClean(keep *fileState) {
+	w.mu.Lock()
+	over := w.cleanBytes > cleanLimit
+	var victims []*inode
+	if over {
+		for n := range w.files {
+			victims = append(victims, n)
+		}
+	}
+	w.mu.Unlock()
+	for _, n := range victims {
+		st := peek(n)
+		if st == nil || st == keep {
+			continue
+		}
+		st.mu.Lock()
+		w.dropCleanLocked(st)
+		st.mu.Unlock()
+		w.release(n)
+		w.mu.Lock()
+		over = w.cleanBytes > cleanLimit
+		w.mu.Unlock()
+		if !over {
+			return
+		}
+	}
+	if over && keep != nil {
+		keep.mu.Lock()
+		w.dropCleanLocked(keep)
+		keep.mu.Unlock()
+	}
+}
+
+// interval is a half-open byte range.
+type interval struct{ lo, hi uint64 }
+
+// uncovered returns the parts of [lo, hi) that no extent of lists covers.
+func uncovered(lo, hi uint64, lists ...extents) []interval {
+	var iv []interval
+	for _, l := range lists {
+		for i := range l {
+			e := &l[i]
+			if e.end() > lo && e.off < hi {
+				iv = append(iv, interval{max(e.off, lo), min(e.end(), hi)})
+			}
+		}
+	}
+	sort.Slice(iv, func(i, j int) bool { return iv[i].lo < iv[j].lo })
+	var gaps []interval
+	at := lo
+	for _, x := range iv {
+		if x.lo > at {
+			gaps = append(gaps, interval{at, x.lo})
+		}
+		at = max(at, x.hi)
+	}
+	if at < hi {
+		gaps = append(gaps, interval{at, hi})
+	}
+	return gaps
+}
+
+// knownLocked reports whether every byte of [lo, hi) is known without the
+// server: in the given data, or a hole past the base size.
+//
+// LOCKS_REQUIRED(st.mu)
+func (st *fileState) knownLocked(lo, hi, gen uint64, lists ...extents) bool {
+	baseOK := st.baseOK && st.baseGen == gen
+	for _, g := range uncovered(lo, hi, lists...) {
+		if !baseOK || g.lo < st.baseSize {
+			return false
+		}
+	}
+	return true
+}
+
+// validCleanLocked returns the clean data if it is still valid.
+//
+// LOCKS_REQUIRED(st.mu)
+func (st *fileState) validCleanLocked(gen uint64) extents {
+	if st.cleanGen != gen {
+		return nil
+	}
+	return st.clean
+}
+
+// fillGapsLocked merges dirty extents separated by small gaps whose bytes
+// are known (clean data, or holes), so they go out as one WRITE.
+//
+// LOCKS_REQUIRED(st.mu)
+func (w *writeback) fillGapsLocked(st *fileState, gen uint64) {
+	if len(st.dirty) < 2 {
+		return
+	}
+	clean := st.validCleanLocked(gen)
+	merged := st.dirty[:1]
+	var grown int64
+	for _, e := range st.dirty[1:] {
+		last := &merged[len(merged)-1]
+		gap := e.off - last.end()
+		if gap > maxGapFill || !st.knownLocked(last.end(), e.off, gen, clean) {
+			merged = append(merged, e)
+			continue
+		}
+		buf := make([]byte, uint64(len(last.data))+gap+uint64(len(e.data)))
+		copy(buf, last.data)
+		clean.overlay(last.end(), buf[len(last.data):uint64(len(last.data))+gap]) // the rest are zeros
+		copy(buf[uint64(len(last.data))+gap:], e.data)
+		*last = extent{off: last.off, data: buf}
+		grown += int64(gap)
+	}
+	st.dirty = merged
+	if grown > 0 {
+		w.account(grown)
+	}
+}
+
+// readLocal answers a read from data held here — clean, in flight or
+// dirty, and holes — when every byte of it is known. size is the file's
+// size as the reader sees it.
+func (w *writeback) readLocal(n *inode, off uint64, dst []byte) (int, bool) {
+	st := peek(n)
+	if st == nil {
+		return 0, false
+	}
+	snap := w.fs.dataSnapshot(n)
+	if !snap.fresh {
+		return 0, false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	size := max(snap.size, st.dirty.lastEnd())
+	for i := range st.inflight {
+		size = max(size, st.inflight[i].end())
+	}
+	if off >= size {
+		return 0, true
+	}
+	end := min(off+uint64(len(dst)), size)
+	clean := st.validCleanLocked(snap.gen)
+	inflight := extents(st.inflight)
+	if !st.knownLocked(off, end, snap.gen, clean, inflight, st.dirty) {
+		return 0, false
+	}
+	out := dst[:end-off]
+	clear(out)
+	clean.overlay(off, out)
+	inflight.overlay(off, out)
+	st.dirty.overlay(off, out)
+	return len(out), true
+}
