@@ -85,7 +85,11 @@ func (fs *FS) applyAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
 	lo, hi := fs.timeoBounds(a.Type)
 	switch {
 	case !n.attrValid || !sameChange(&n.attr, a):
-		n.attrTimeo = lo
+		// A file that has not been modified for a long time is unlikely to
+		// be modified soon: start at a tenth of its age, as BSD clients do,
+		// within [min, max].
+		age := at.Sub(time.Unix(int64(a.Mtime.Seconds), int64(a.Mtime.Nseconds)))
+		n.attrTimeo = min(max(age/10, lo), hi)
 	default:
 		n.attrTimeo *= 2
 		if n.attrTimeo < lo {
@@ -153,6 +157,10 @@ func (fs *FS) applyWcc(n *inode, w *nfs3.WccData, at time.Time, ours bool) {
 				n.access[k] = e
 			}
 		}
+		// Nor does our own change count as the file changing under us: the
+		// attribute lifetime keeps growing instead of restarting at the
+		// minimum.
+		n.attr.Size, n.attr.Mtime, n.attr.Ctime = after.Size, after.Mtime, after.Ctime
 	}
 	fs.applyAttrLocked(n, &w.After.Attr, at)
 }

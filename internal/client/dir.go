@@ -44,6 +44,14 @@ type openDir struct {
 	eof     bool       // the server said the directory ends after buf
 	plus    bool       // buf came from READDIRPLUS
 	seen    map[string]struct{}
+	started bool // the current pass has begun
+	// A pass served from the directory's complete listing: the snapshot it
+	// reads, offsets being positions in it.
+	cached   bool
+	snap     []DirEntry
+	snapPlus []plusData
+	// pending gathers a pass from the server that may turn out complete.
+	pending *pendingList
 }
 
 // OpenDir opens a directory stream.
@@ -91,13 +99,23 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 	plus = plus && fs.opts.RdirPlus
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if offset != d.next || plus != d.plus {
-		// The reader moved (seekdir, or a new pass from 0): drop what was
-		// buffered and continue from where it says.
-		d.buf, d.plusBuf, d.eof, d.next, d.plus = nil, nil, false, offset, plus
-		if offset == 0 {
-			clear(d.seen)
+	switch {
+	case offset == 0 && (d.started || plus != d.plus), offset == 0 && !d.started:
+		// A new pass. This, and only this, is where the directory is
+		// revalidated: continuing a pass never starts it over.
+		if err := fs.startPass(ctx, c, d, plus); err != nil {
+			return err
 		}
+	case d.cached && offset != d.next:
+		// seekdir within a pass served from the listing snapshot.
+		k := min(offset, uint64(len(d.snap)))
+		d.buf, d.next = d.snap[k:], offset
+		if d.plus {
+			d.plusBuf = d.snapPlus[k:]
+		}
+	case offset != d.next || plus != d.plus:
+		// The reader moved (seekdir): continue from where it says.
+		d.buf, d.plusBuf, d.eof, d.next, d.plus, d.pending = nil, nil, false, offset, plus, nil
 	}
 	for {
 		for len(d.buf) > 0 {
@@ -135,6 +153,37 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 	}
 }
 
+// startPass begins a listing at offset 0: with fresh directory attributes
+// (a GETATTR if they expired), from the complete listing if there is one,
+// else from the server.
+//
+// LOCKS_REQUIRED(d.mu)
+func (fs *FS) startPass(ctx context.Context, c *Cred, d *openDir, plus bool) error {
+	dir := d.node
+	d.buf, d.plusBuf, d.eof, d.next, d.plus, d.pending = nil, nil, false, 0, plus, nil
+	d.cached, d.snap, d.snapPlus, d.started = false, nil, nil, true
+	clear(d.seen)
+	if fs.cachingNames() {
+		dir.mu.Lock()
+		_, _, fresh := dir.cachedAttrLocked(fs.now())
+		dir.mu.Unlock()
+		if !fresh {
+			if _, _, err := fs.getattrRPC(ctx, c, dir); err != nil {
+				return err
+			}
+		}
+	}
+	dir.mu.Lock()
+	defer dir.mu.Unlock()
+	if snap, pd, ok := fs.listSnapshotLocked(dir, plus); ok {
+		d.cached, d.snap, d.snapPlus = true, snap, pd
+		d.buf, d.plusBuf, d.eof = snap, pd, true
+		return nil
+	}
+	d.pending = fs.beginPendingLocked(dir)
+	return nil
+}
+
 // plusEntry turns READDIRPLUS data into a referenced node in e.Entry.
 func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData) *inode {
 	n := fs.nodes.ref(p.fh)
@@ -165,7 +214,7 @@ func (fs *FS) fetchDir(ctx context.Context, c *Cred, d *openDir) error {
 			return err
 		}
 		d.next, d.verf = 0, nfs3.Verf{}
-		d.buf, d.plusBuf = nil, nil
+		d.buf, d.plusBuf, d.pending = nil, nil, nil
 	}
 }
 
@@ -185,6 +234,25 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir) error {
 		}
 		d.buf = append(d.buf, DirEntry{Name: string(name), Ino: fileid, Cookie: cookie})
 		return true
+	}
+	// collect records an entry of a pass that may become the complete
+	// listing; finish installs it at EOF.
+	collect := func(e *DirEntry, p *plusData) {
+		switch {
+		case d.pending == nil:
+		case e.Name == ".":
+			d.pending.dots = true
+		case e.Name == "..":
+			d.pending.dotdot = e.Ino
+		default:
+			d.pending.entries = append(d.pending.entries, pendingEntry{name: e.Name, fileid: e.Ino, mode: e.Mode, plus: p})
+		}
+	}
+	finish := func() {
+		if d.eof && d.pending != nil {
+			fs.finishPending(dir, d.pending)
+			d.pending = nil
+		}
 	}
 	if d.plus {
 		args := nfs3.ReaddirplusArgs{Dir: dir.fh, Cookie: d.next, CookieVerf: d.verf, DirCount: fs.dtpref, MaxCount: fs.rsize}
@@ -208,12 +276,16 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir) error {
 				continue
 			}
 			var p plusData
+			var pp *plusData
 			if e.FH.Present && e.Attr.Present {
 				p = plusData{fh: append(nfs3.FH(nil), e.FH.FH...), attr: e.Attr.Attr, at: at, dirVer: ver}
 				d.buf[len(d.buf)-1].Mode = typeBits[e.Attr.Attr.Type]
+				pp = &p
 			}
 			d.plusBuf = append(d.plusBuf, p)
+			collect(&d.buf[len(d.buf)-1], pp)
 		}
+		finish()
 		return nil
 	}
 	args := nfs3.ReaddirArgs{Dir: dir.fh, Cookie: d.next, CookieVerf: d.verf, Count: fs.dtpref}
@@ -228,7 +300,10 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir) error {
 	d.verf, d.eof = res.CookieVerf, res.EOF
 	for i := range res.Entries {
 		e := &res.Entries[i]
-		add(e.Name, e.Fileid, e.Cookie)
+		if add(e.Name, e.Fileid, e.Cookie) {
+			collect(&d.buf[len(d.buf)-1], nil)
+		}
 	}
+	finish()
 	return nil
 }

@@ -41,6 +41,8 @@ type inode struct {
 	names     map[string]*dentry
 	nameVer   dirVersion
 	nameVerOK bool
+	namesGen  uint64   // bumped each time the names are dropped
+	list      *dirList // complete listing, valid with the names (listcache.go)
 	// access: ACCESS results per identity (see access.go).
 	access map[string]accessEntry
 	// removeName: after a silly rename, the name to remove at last close.

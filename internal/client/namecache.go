@@ -59,6 +59,8 @@ func (fs *FS) noteVersionLocked(dir *inode, a *nfs3.Fattr) {
 		}
 	}
 	clear(dir.names)
+	dir.namesGen++
+	dir.list = nil
 	dir.nameVer, dir.nameVerOK = v, true
 }
 
@@ -146,6 +148,15 @@ func (fs *FS) cachedLookup(ctx context.Context, c *Cred, dir *inode, name string
 	for fetched := false; ; fetched = true {
 		dir.mu.Lock()
 		d := dir.names[name]
+		if d == nil && fs.opts.LookupCache == LookupCacheAll && dir.listedAbsentLocked(name) {
+			// Not in the complete listing: absent, as of the last time the
+			// directory's version was confirmed.
+			d = &dentry{validated: dir.attrTime}
+			if dir.names == nil {
+				dir.names = map[string]*dentry{}
+			}
+			dir.names[name] = d
+		}
 		if d == nil || !dir.namesValidLocked() {
 			dir.mu.Unlock()
 			return Entry{}, nil, false

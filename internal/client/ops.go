@@ -272,7 +272,7 @@ func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string
 	// A new file's data is what we will write: nothing cached to distrust.
 	n.dataValid, n.dataMtime, n.dataSize = true, a.Mtime, a.Size
 	n.mu.Unlock()
-	fs.setName(dir, name, n.id, at, true)
+	fs.changeName(dir, name, n, at)
 	return fs.entryFor(n, &a, dir), nil
 }
 
@@ -435,7 +435,7 @@ func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName s
 		return Entry{}, err
 	}
 	fs.nodes.ref(n.fh)
-	fs.setName(dir, newName, n.id, at, true)
+	fs.changeName(dir, newName, n, at)
 	return fs.entryFor(n, &a, dir), nil
 }
 
@@ -476,7 +476,7 @@ func (fs *FS) remove(ctx context.Context, c *Cred, dir *inode, name string, proc
 	if child := fs.knownChild(dir, name); child != nil {
 		child.invalidateAttr() // nlink and ctime changed
 	}
-	fs.setName(dir, name, 0, at, true)
+	fs.changeName(dir, name, nil, at)
 	return nil
 }
 
@@ -540,7 +540,7 @@ func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, 
 	if victim := fs.knownChild(to, newName); victim != nil && victim != moved {
 		victim.invalidateAttr()
 	}
-	fs.setName(from, oldName, 0, at, true)
+	fs.changeName(from, oldName, nil, at)
 	if moved != nil {
 		moved.invalidateAttr() // ctime changed
 		moved.mu.Lock()
@@ -548,10 +548,11 @@ func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, 
 			moved.parent = to.id
 		}
 		moved.mu.Unlock()
-		fs.setName(to, newName, moved.id, at, true)
+		fs.changeName(to, newName, moved, at)
 	} else {
 		to.mu.Lock()
 		delete(to.names, newName)
+		to.list = nil // a name we cannot describe arrived
 		to.mu.Unlock()
 	}
 	return nil

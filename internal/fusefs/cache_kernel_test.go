@@ -286,3 +286,61 @@ func TestCoherenceWithAnotherClient(t *testing.T) {
 		t.Fatalf("a name never looked up: %v", err)
 	}
 }
+
+func listNames(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, e := range ents {
+		if out[e.Name()] {
+			t.Fatalf("%s listed twice", e.Name())
+		}
+		out[e.Name()] = true
+	}
+	return out
+}
+
+// TestListingCache: a second listing within the directory's cache time
+// sends no READDIR, also after our own create and remove there (the wcc
+// check keeps the listing); a name missing from a complete listing needs
+// no LOOKUP; a change on the server shows once the directory's attributes
+// expire.
+func TestListingCache(t *testing.T) {
+	e, mnt := mountKernel(t, envOpts{options: "acdirmin=1,acdirmax=1"})
+	d := filepath.Join(e.dir, "d")
+	os.Mkdir(d, 0o755)
+	for i := 0; i < 200; i++ {
+		os.WriteFile(filepath.Join(d, fmt.Sprintf("f%03d", i)), nil, 0o644)
+	}
+	md := filepath.Join(mnt, "d")
+	if got := listNames(t, md); len(got) != 200 {
+		t.Fatalf("first listing: %d names", len(got))
+	}
+	before := e.counts()
+	if got := listNames(t, md); len(got) != 200 {
+		t.Fatalf("second listing: %d names", len(got))
+	}
+	if err := os.WriteFile(filepath.Join(md, "mine"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(md, "f000")); err != nil {
+		t.Fatal(err)
+	}
+	got := listNames(t, md)
+	if !got["mine"] || got["f000"] || len(got) != 200 {
+		t.Fatalf("listing after our own create and remove: mine=%v f000=%v n=%d", got["mine"], got["f000"], len(got))
+	}
+	statMissing(t, filepath.Join(md, "never-there"))
+	if dl := e.delta(before); dl["READDIR"]+dl["READDIRPLUS"] != 0 || dl["LOOKUP"] != 0 {
+		t.Errorf("listings and a lookup answered by the cache sent %v", dl)
+	}
+	// Another client adds a name: seen after the directory's cache time.
+	os.WriteFile(filepath.Join(d, "theirs"), nil, 0o644)
+	time.Sleep(1100 * time.Millisecond)
+	if got := listNames(t, md); !got["theirs"] || len(got) != 201 {
+		t.Fatalf("a name created on the server is missing after acdirmin (n=%d)", len(got))
+	}
+}
