@@ -27,7 +27,7 @@ type dirList struct {
 // listEntry is one name of a complete listing.
 type listEntry struct {
 	fileid uint64
-	mode   uint32      // file type bits when known
+	mode   uint32    // file type bits when known
 	plus   *plusData // handle and attributes, when known
 	seq    uint64    // listing order: server order, then our additions
 }
