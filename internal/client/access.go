@@ -124,6 +124,7 @@ func (fs *FS) accessBits(ctx context.Context, c *Cred, n *inode, want uint32) (u
 		}
 		fs.applyAttr(n, &res.ObjAttr, at)
 		if res.Status != nfs3.OK {
+			fs.noteStale(n, res.Status)
 			return nil, res.Status
 		}
 		n.mu.Lock()

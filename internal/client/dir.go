@@ -21,6 +21,20 @@ type DirEntry struct {
 	Entry Entry
 }
 
+// maxListEntries bounds the directories whose complete listing is kept
+// (about 200 bytes an entry with its handle and attributes).
+const maxListEntries = 250_000
+
+// nameHash is a 64-bit FNV-1a hash of a name.
+func nameHash(name string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(name); i++ {
+		h ^= uint64(name[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
 // plusData is what READDIRPLUS told us of an entry.
 type plusData struct {
 	fh     nfs3.FH
@@ -43,8 +57,12 @@ type openDir struct {
 	next    uint64     // cookie the first entry of buf follows; the reader's position
 	eof     bool       // the server said the directory ends after buf
 	plus    bool       // buf came from READDIRPLUS
-	seen    map[string]struct{}
-	started bool // the current pass has begun
+	// seen holds a hash of every name this pass returned, so that a
+	// listing the server makes restart (BAD_COOKIE) skips them: 8 bytes a
+	// name, not the name.
+	seen      map[uint64]struct{}
+	started   bool // the current pass has begun
+	restarted bool // the server made this pass start over: skip names in seen
 	// A pass served from the directory's complete listing: the snapshot it
 	// reads, offsets being positions in it.
 	cached   bool
@@ -64,7 +82,7 @@ func (fs *FS) OpenDir(ctx context.Context, c *Cred, id NodeID) (uint64, error) {
 		return 0, err
 	}
 	fs.nodes.open(n)
-	d := &openDir{node: n, seen: map[string]struct{}{}}
+	d := &openDir{node: n, seen: map[uint64]struct{}{}}
 	fs.openMu.Lock()
 	d.id = fs.nextOpen
 	fs.nextOpen++
@@ -132,7 +150,7 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 				}
 				return nil
 			}
-			d.seen[e.Name] = struct{}{}
+			d.seen[nameHash(e.Name)] = struct{}{}
 			d.next = e.Cookie
 			d.buf = d.buf[1:]
 			if d.plus {
@@ -143,11 +161,12 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 			return nil
 		}
 		from := d.next
-		if err := fs.fetchDir(ctx, c, d); err != nil {
+		sent, err := fs.fetchDir(ctx, c, d)
+		if err != nil {
 			return err
 		}
-		if len(d.buf) == 0 && !d.eof && d.next == from {
-			// No entries, no end and no progress: asking again would loop.
+		if sent == 0 && !d.eof {
+			// No entries and no end: asking again would loop.
 			return fmt.Errorf("READDIR at cookie %d: server returned nothing and no EOF: %w", from, nfs3.ErrIO)
 		}
 	}
@@ -161,7 +180,7 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 func (fs *FS) startPass(ctx context.Context, c *Cred, d *openDir, plus bool) error {
 	dir := d.node
 	d.buf, d.plusBuf, d.eof, d.next, d.plus, d.pending = nil, nil, false, 0, plus, nil
-	d.cached, d.snap, d.snapPlus, d.started = false, nil, nil, true
+	d.cached, d.snap, d.snapPlus, d.started, d.restarted = false, nil, nil, true, false
 	clear(d.seen)
 	if fs.cachingNames() {
 		dir.mu.Lock()
@@ -207,27 +226,28 @@ func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData) *inode {
 // beginning, skipping names this reader has already been given.
 //
 // LOCKS_REQUIRED(d.mu)
-func (fs *FS) fetchDir(ctx context.Context, c *Cred, d *openDir) error {
+func (fs *FS) fetchDir(ctx context.Context, c *Cred, d *openDir) (sent int, err error) {
 	for restarted := false; ; restarted = true {
-		err := fs.readdirRPC(ctx, c, d)
+		sent, err := fs.readdirRPC(ctx, c, d)
 		if err != nfs3.ErrBadCookie || restarted {
-			return err
+			return sent, err
 		}
 		d.next, d.verf = 0, nfs3.Verf{}
 		d.buf, d.plusBuf, d.pending = nil, nil, nil
+		d.restarted = true
 	}
 }
 
 // readdirRPC sends one READDIR or READDIRPLUS from d.next.
 //
 // LOCKS_REQUIRED(d.mu)
-func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir) error {
+func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir) (int, error) {
 	dir := d.node
 	at := fs.now()
-	skip := d.next == 0 && len(d.seen) > 0 // a restarted listing
+	skip := d.restarted // names already returned in this pass are skipped
 	add := func(name []byte, fileid, cookie uint64) bool {
 		if skip {
-			if _, dup := d.seen[string(name)]; dup {
+			if _, dup := d.seen[nameHash(string(name))]; dup {
 				d.next = cookie
 				return false
 			}
@@ -244,6 +264,8 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir) error {
 			d.pending.dots = true
 		case e.Name == "..":
 			d.pending.dotdot = e.Ino
+		case len(d.pending.entries) >= maxListEntries:
+			d.pending = nil // too large to keep: listed from the server each time
 		default:
 			d.pending.entries = append(d.pending.entries, pendingEntry{name: e.Name, fileid: e.Ino, mode: e.Mode, plus: p})
 		}
@@ -258,11 +280,12 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir) error {
 		args := nfs3.ReaddirplusArgs{Dir: dir.fh, Cookie: d.next, CookieVerf: d.verf, DirCount: fs.dtpref, MaxCount: fs.rsize}
 		var res nfs3.ReaddirplusRes
 		if err := fs.call(ctx, c, nfs3.ProcReaddirplus, &args, &res); err != nil {
-			return err
+			return 0, err
 		}
 		fs.applyAttr(dir, &res.DirAttr, at)
 		if res.Status != nfs3.OK {
-			return res.Status
+			fs.noteStale(dir, res.Status)
+			return 0, res.Status
 		}
 		d.verf, d.eof = res.CookieVerf, res.EOF
 		var ver *dirVersion
@@ -286,16 +309,17 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir) error {
 			collect(&d.buf[len(d.buf)-1], pp)
 		}
 		finish()
-		return nil
+		return len(res.Entries), nil
 	}
 	args := nfs3.ReaddirArgs{Dir: dir.fh, Cookie: d.next, CookieVerf: d.verf, Count: fs.dtpref}
 	var res nfs3.ReaddirRes
 	if err := fs.call(ctx, c, nfs3.ProcReaddir, &args, &res); err != nil {
-		return err
+		return 0, err
 	}
 	fs.applyAttr(dir, &res.DirAttr, at)
 	if res.Status != nfs3.OK {
-		return res.Status
+		fs.noteStale(dir, res.Status)
+		return 0, res.Status
 	}
 	d.verf, d.eof = res.CookieVerf, res.EOF
 	for i := range res.Entries {
@@ -305,5 +329,5 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir) error {
 		}
 	}
 	finish()
-	return nil
+	return len(res.Entries), nil
 }

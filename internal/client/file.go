@@ -160,6 +160,10 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 	if got, ok := fs.wb.readLocal(n, off, dst); ok {
 		return got, nil
 	}
+	// What is not yet on the server is taken before the READs: write-back
+	// may complete while they are in flight, taking that data out of the
+	// dirty and in-flight lists after the server answered without it.
+	pending, pendingEnd := fs.wb.pendingIn(n, off, uint64(len(dst)))
 	type piece struct {
 		got int
 		eof bool
@@ -190,16 +194,45 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 	}
 	// Bytes between the server's EOF and our dirty data are a hole.
 	clear(dst[valid:])
-	if reach := fs.wb.overlay(n, off, dst); reach > valid {
-		valid = reach
-	}
-	// Dirty data beyond this range makes the file longer than the server
-	// knows: up to there this range is a hole, not end of file. A short
-	// read here would make the kernel shrink its idea of the file's size.
-	if end := fs.wb.dirtyEnd(n); end > off {
+	valid = max(valid, pending.overlay(off, dst))
+	// Data written since the snapshot is newer still.
+	valid = max(valid, fs.wb.overlay(n, off, dst))
+	// Pending data beyond this range makes the file longer than the
+	// server knew: up to there this range is a hole, not end of file. A
+	// short read here would make the kernel shrink its idea of the size.
+	if end := max(pendingEnd, fs.wb.dirtyEnd(n)); end > off {
 		valid = max(valid, int(min(uint64(len(dst)), end-off)))
 	}
 	return valid, nil
+}
+
+// pendingIn copies the data not yet on the server (dirty or in flight) that
+// overlaps [off, off+size), and returns it with the end of all such data.
+func (w *writeback) pendingIn(n *inode, off, size uint64) (extents, uint64) {
+	st := peek(n)
+	if st == nil {
+		return nil, 0
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var out extents
+	end := st.dirty.lastEnd()
+	take := func(e *extent) {
+		end = max(end, e.end())
+		if e.end() <= off || e.off >= off+size {
+			return
+		}
+		lo, hi := max(off, e.off), min(off+size, e.end())
+		out = out.insert(lo, e.data[lo-e.off:hi-e.off])
+	}
+	// In-flight data is older than dirty data for the same bytes.
+	for i := range st.inflight {
+		take(&st.inflight[i])
+	}
+	for i := range st.dirty {
+		take(&st.dirty[i])
+	}
+	return out, end
 }
 
 // readRPC reads into dst at off with one READ.
@@ -212,6 +245,7 @@ func (fs *FS) readRPC(ctx context.Context, c *Cred, n *inode, off uint64, dst []
 	}
 	fs.applyAttr(n, &res.FileAttr, at)
 	if res.Status != nfs3.OK {
+		fs.noteStale(n, res.Status)
 		return 0, false, res.Status
 	}
 	got := copy(dst, res.Data)

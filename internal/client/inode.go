@@ -22,6 +22,7 @@ type inode struct {
 	lookups uint64 // references held by the kernel
 	opens   int    // open files and directories on this node
 	dropped bool   // removed from the table; a new lookup makes a new node
+	stale   bool   // the server said the handle is stale: names must not lead here
 
 	mu sync.Mutex
 	// GUARDED_BY(mu)
@@ -41,8 +42,9 @@ type inode struct {
 	names     map[string]*dentry
 	nameVer   dirVersion
 	nameVerOK bool
-	namesGen  uint64   // bumped each time the names are dropped
-	list      *dirList // complete listing, valid with the names (listcache.go)
+	namesGen  uint64    // bumped each time the names are dropped
+	changedAt time.Time // when a change we did not make was last seen
+	list      *dirList  // complete listing, valid with the names (listcache.go)
 	// access: ACCESS results per identity (see access.go).
 	access map[string]accessEntry
 	// removeName: after a silly rename, the name to remove at last close.
@@ -99,7 +101,7 @@ func (t *inodeTable) refID(id NodeID) *inode {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.byID[id]
-	if n == nil || n.dropped {
+	if n == nil || n.dropped || n.stale {
 		return nil
 	}
 	n.lookups++
@@ -171,6 +173,7 @@ func (t *inodeTable) openCount(in *inode) int {
 func (t *inodeTable) unlinkFH(in *inode) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	in.stale = true
 	if t.byFH[string(in.fh)] == in {
 		delete(t.byFH, string(in.fh))
 	}

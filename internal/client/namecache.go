@@ -10,18 +10,23 @@ import (
 )
 
 // The name cache keeps, per directory, what each looked-up name was:
-// a node (positive entry) or nothing (negative entry). All of a
-// directory's entries are valid for one version of the directory (its
-// mtime and ctime): when the directory's attributes show another version
-// that our own operations do not explain, the entries are dropped and the
-// kernel is told to drop its copies. Our own CREATE, REMOVE, RENAME, ...
-// update the entries they touch and move the version forward (the wcc
-// check), so working in a directory does not throw its names away.
+// a node (positive entry) or nothing (negative entry). Entries describe one
+// version of the directory (its mtime and ctime). Our own CREATE, REMOVE,
+// RENAME, ... update the entries they touch and move the version forward
+// (the wcc check), so working in a directory does not throw its names away.
 //
-// Positive entries live as long as the directory's attributes; negative
-// entries also expire negtimeo after they were last confirmed, after which
-// the directory's attributes are fetched again (one GETATTR confirms every
-// negative entry of the directory) before they are trusted.
+// When the directory's attributes show a version our own operations do not
+// explain, some name changed, not every name: negative entries are dropped
+// (the name may exist now) and the kernel told, while positive entries stay
+// trusted until the directory's attribute lifetime has passed since each
+// was last confirmed (by LOOKUP, READDIRPLUS or our own change) — so a
+// directory that changes all the time (a churn of temporary files) does not
+// turn every stat of its other entries into a LOOKUP. A positive entry
+// that turns out stale (the handle is gone) is dropped and looked up again.
+//
+// Negative entries also expire negtimeo after they were last confirmed,
+// after which the directory's attributes are fetched again (one GETATTR
+// confirms every negative entry of the directory) before they are trusted.
 
 // dirVersion identifies one state of a directory's contents.
 type dirVersion struct{ mtime, ctime nfs3.Time }
@@ -54,13 +59,19 @@ func (fs *FS) noteVersionLocked(dir *inode, a *nfs3.Fattr) {
 		return
 	}
 	for name, d := range dir.names {
+		if d.node != 0 {
+			continue
+		}
 		if d.kernel {
 			fs.notify.InvalidateEntry(dir.id, name)
 		}
+		delete(dir.names, name)
 	}
-	clear(dir.names)
 	dir.namesGen++
 	dir.list = nil
+	if dir.nameVerOK {
+		dir.changedAt = dir.attrTime
+	}
 	dir.nameVer, dir.nameVerOK = v, true
 }
 
@@ -148,6 +159,10 @@ func (fs *FS) cachedLookup(ctx context.Context, c *Cred, dir *inode, name string
 	for fetched := false; ; fetched = true {
 		dir.mu.Lock()
 		d := dir.names[name]
+		if d != nil && d.node != 0 && d.validated.Before(dir.changedAt) && now.Sub(d.validated) >= max(dir.attrTimeo, fs.opts.AcDirMin) {
+			delete(dir.names, name) // kept across a change of the directory, and now too old
+			d = nil
+		}
 		if d == nil && fs.opts.LookupCache == LookupCacheAll && dir.listedAbsentLocked(name) {
 			// Not in the complete listing: absent, as of the last time the
 			// directory's version was confirmed.
@@ -236,6 +251,7 @@ func (fs *FS) lookupRPC(ctx context.Context, c *Cred, dir *inode, name string) (
 			return nil, err
 		}
 		fs.applyAttr(dir, &res.DirAttr, at)
+		fs.noteStale(dir, res.Status)
 		replyCurrent := func() bool { // the reply describes the directory as we now know it
 			return res.DirAttr.Present && dir.namesValidLocked() && dir.nameVer == versionOf(&res.DirAttr.Attr)
 		}

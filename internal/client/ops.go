@@ -61,9 +61,7 @@ func (fs *FS) getattrRPC(ctx context.Context, c *Cred, n *inode) (nfs3.Fattr, ti
 			return nil, err
 		}
 		if res.Status != nfs3.OK {
-			if res.Status == nfs3.ErrStale {
-				fs.nodes.unlinkFH(n)
-			}
+			fs.noteStale(n, res.Status)
 			return nil, res.Status
 		}
 		n.mu.Lock()
@@ -78,6 +76,14 @@ func (fs *FS) getattrRPC(ctx context.Context, c *Cred, n *inode) (nfs3.Fattr, ti
 	defer n.mu.Unlock()
 	_, left, _ := n.cachedAttrLocked(fs.now())
 	return *v.(*nfs3.Fattr), left, nil
+}
+
+// noteStale marks a node whose handle the server no longer knows, so that
+// no cached name leads to it again (the next lookup asks the server).
+func (fs *FS) noteStale(n *inode, st nfs3.Status) {
+	if st == nfs3.ErrStale || st == nfs3.ErrBadHandle {
+		fs.nodes.unlinkFH(n)
+	}
 }
 
 // localAttr converts attributes for the kernel, accounting for data written
@@ -207,6 +213,7 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	}
 	fs.applyWcc(n, &res.Wcc, at, false)
 	if res.Status != nfs3.OK {
+		fs.noteStale(n, res.Status)
 		return Attr{}, 0, res.Status
 	}
 	if in.SetSize {

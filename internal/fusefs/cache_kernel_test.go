@@ -344,3 +344,27 @@ func TestListingCache(t *testing.T) {
 		t.Fatalf("a name created on the server is missing after acdirmin (n=%d)", len(got))
 	}
 }
+
+// TestStaleEntriesHeal: a file removed or replaced by another client is
+// seen as such once its cached attributes expire — never an ESTALE that
+// sticks.
+func TestStaleEntriesHeal(t *testing.T) {
+	e, mnt := mountKernel(t, envOpts{options: "acregmin=1,acregmax=1,acdirmin=1,acdirmax=1"})
+	os.WriteFile(filepath.Join(e.dir, "gone"), []byte("1"), 0o644)
+	os.WriteFile(filepath.Join(e.dir, "replaced"), []byte("old"), 0o644)
+	for _, n := range []string{"gone", "replaced"} {
+		if _, err := os.Stat(filepath.Join(mnt, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Remove(filepath.Join(e.dir, "gone"))
+	os.WriteFile(filepath.Join(e.dir, "new"), []byte("brand new"), 0o644)
+	os.Rename(filepath.Join(e.dir, "new"), filepath.Join(e.dir, "replaced"))
+	time.Sleep(1100 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(mnt, "gone")); !os.IsNotExist(err) {
+		t.Errorf("stat of a file removed on the server: %v, want ENOENT", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(mnt, "replaced")); err != nil || string(got) != "brand new" {
+		t.Errorf("read of a file replaced on the server: %q %v", got, err)
+	}
+}
