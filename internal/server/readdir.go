@@ -163,7 +163,10 @@ func (s *Server) listDir(id *identity, l *dirListing, reply []byte) []byte {
 				var pe nfs3.DirEntryPlus
 				var e nfs3.DirEntry
 				if l.plus {
-					pe = s.plusEntry(n, &d, &dirAttr)
+					var there bool
+					if pe, there = s.plusEntry(n, &d, &dirAttr); !there {
+						continue // removed since getdents read it: gone, not listed
+					}
 					size, dsize = pe.XDRSize(), pe.DirCountSize()
 				} else {
 					e = nfs3.DirEntry{Fileid: s.direntIno(n, &d), Name: d.name, Cookie: uint64(d.off)}
@@ -208,28 +211,33 @@ func (s *Server) direntIno(dir *node, d *dirent) uint64 {
 }
 
 // plusEntry builds a READDIRPLUS entry with the entry's attributes and
-// handle. Entries that vanished meanwhile or are mount points are listed
-// without them (the client then looks them up).
-func (s *Server) plusEntry(dir *node, d *dirent, dirAttr *nfs3.PostOpAttr) nfs3.DirEntryPlus {
-	e := nfs3.DirEntryPlus{Fileid: s.direntIno(dir, d), Name: d.name, Cookie: uint64(d.off)}
+// handle. An entry removed since getdents read it is not listed at all
+// (there is false): listing it without a handle would only make the client
+// look up a name that is gone. Mount points, and entries whose handle
+// cannot be made, are listed without attributes (the client looks them up).
+func (s *Server) plusEntry(dir *node, d *dirent, dirAttr *nfs3.PostOpAttr) (e nfs3.DirEntryPlus, there bool) {
+	e = nfs3.DirEntryPlus{Fileid: s.direntIno(dir, d), Name: d.name, Cookie: uint64(d.off)}
 	name := string(d.name)
 	if name == "." || (name == ".." && dir.isRoot) {
 		e.Attr = *dirAttr
 		e.FH = nfs3.PostOpFH{Present: true, FH: dir.fh}
-		return e
+		return e, true
 	}
 	var st unix.Stat_t
-	if unix.Fstatat(dir.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Dev != s.rootDev {
-		return e
+	if err := unix.Fstatat(dir.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return e, err != unix.ENOENT
+	}
+	if st.Dev != s.rootDev {
+		return e, true
 	}
 	fh, ok := s.handleAt(dir.fd, name)
 	if !ok {
-		return e
+		return e, true
 	}
 	e.Fileid = st.Ino
 	e.Attr = s.postOp(&st)
 	e.FH = nfs3.PostOpFH{Present: true, FH: fh}
-	return e
+	return e, true
 }
 
 func (s *Server) getdentsBuf() []byte {
