@@ -20,14 +20,15 @@ const maxGapFill = 128 << 10
 type dataSnap struct {
 	gen   uint64 // data generation
 	size  uint64 // the server's size as cached
-	fresh bool   // attributes within their lifetime and data valid
+	valid bool   // cached data valid (no change we did not make seen)
+	fresh bool   // and the attributes within their lifetime
 }
 
 func (fs *FS) dataSnapshot(n *inode) dataSnap {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	_, _, fresh := n.cachedAttrLocked(fs.now())
-	return dataSnap{gen: n.dataGen, size: n.attr.Size, fresh: fresh && n.dataValid}
+	return dataSnap{gen: n.dataGen, size: n.attr.Size, valid: n.dataValid, fresh: fresh && n.dataValid}
 }
 
 // addCleanLocked records acknowledged data. It reports whether the mount
@@ -182,8 +183,10 @@ func (w *writeback) readLocal(n *inode, off uint64, dst []byte) (int, bool) {
 	if st == nil {
 		return 0, false
 	}
+	// Like the kernel's page cache, data known valid is served without
+	// revalidating: opening the file (close-to-open) is what revalidates.
 	snap := w.fs.dataSnapshot(n)
-	if !snap.fresh {
+	if !snap.valid {
 		return 0, false
 	}
 	st.mu.Lock()

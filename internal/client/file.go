@@ -289,7 +289,9 @@ func (fs *FS) Flush(ctx context.Context, c *Cred, fh uint64) error {
 	if err != nil {
 		return err
 	}
-	if err := fs.wb.flush(ctx, of.node, nfs3.FileSync); err != nil {
+	// A caller that gives up (a signal interrupting close or fsync) must
+	// not take the data with it: an abandoned WRITE would drop it.
+	if err := fs.wb.flush(context.WithoutCancel(ctx), of.node, nfs3.FileSync); err != nil {
 		of.takeErr() // reported now: not again at the next close
 		return err
 	}
@@ -313,7 +315,7 @@ func (fs *FS) Release(ctx context.Context, fh uint64) {
 	}
 	n := of.node
 	// Writes through a shared mapping can arrive after the last flush.
-	if err := fs.wb.flush(ctx, n, nfs3.FileSync); err != nil {
+	if err := fs.wb.flush(context.WithoutCancel(ctx), n, nfs3.FileSync); err != nil {
 		fs.logf("hushfs: write-back at close of node %d: %v", n.id, err)
 	}
 	if fs.nodes.close(n) > 0 {

@@ -201,7 +201,8 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 		return fs.localAttr(n, &a), left, nil
 	}
 	if in.SetSize || in.Atime.How != TimeOmit || in.Mtime.How != TimeOmit {
-		if err := fs.wb.flush(ctx, n, nfs3.Unstable); err != nil {
+		// Never abandoned half-way (see Flush): the data would be lost.
+		if err := fs.wb.flush(context.WithoutCancel(ctx), n, nfs3.Unstable); err != nil {
 			return Attr{}, 0, err
 		}
 	}

@@ -155,13 +155,15 @@ func (w *writeback) write(ctx context.Context, of *openFile, c *Cred, off uint64
 	st.mu.Unlock()
 	w.account(grown)
 
+	// Write-back started for this writer is never abandoned if the writer
+	// gives up (a signal): an abandoned WRITE would drop the data.
 	if stable != nfs3.Unstable {
-		return w.flush(ctx, n, stable)
+		return w.flush(context.WithoutCancel(ctx), n, stable)
 	}
 	if len(stream) > 0 {
 		go w.send(context.WithoutCancel(ctx), n, st, stream, nfs3.Unstable)
 	}
-	return w.throttle(ctx, n)
+	return w.throttle(context.WithoutCancel(ctx), n)
 }
 
 // takeStreamLocked detaches whole wsize chunks from the front of the dirty
@@ -261,7 +263,17 @@ func (w *writeback) sendOne(ctx context.Context, n *inode, st *fileState, c exte
 		w.addCleanLocked(st, gen, d)
 	}
 	defer w.evictClean(st)
-	if err != nil {
+	var requeued uint64
+	switch {
+	case err == nil:
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The caller gave up, the server did not fail: what was not
+		// acknowledged is dirty again, for the next flush. Never dropped.
+		if len(rest.data) > 0 {
+			st.dirty = st.dirty.insert(rest.off, rest.data)
+			requeued = uint64(len(rest.data))
+		}
+	default:
 		st.setErrLocked(fmt.Errorf("write-back of %d bytes at offset %d: %w", len(c.data), c.off, err))
 	}
 	st.cond.Broadcast()
@@ -270,7 +282,7 @@ func (w *writeback) sendOne(ctx context.Context, n *inode, st *fileState, c exte
 	for _, a := range acked {
 		kept += uint64(len(a.data))
 	}
-	w.account(int64(kept) - int64(len(c.data)))
+	w.account(int64(kept+requeued) - int64(len(c.data)))
 }
 
 // LOCKS_REQUIRED(st.mu)
@@ -317,6 +329,9 @@ func (w *writeback) flush(ctx context.Context, n *inode, stable nfs3.StableHow) 
 		st.mu.Unlock()
 		if len(chunks) > 0 {
 			w.send(ctx, n, st, chunks, mode)
+		}
+		if err := ctx.Err(); err != nil {
+			return err // interrupted: unsent data is dirty again
 		}
 		if stable == nfs3.Unstable {
 			return nil

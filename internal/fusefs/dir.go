@@ -10,7 +10,9 @@ import (
 // come from the core each time, which keeps no listing the kernel could
 // be told is still good.
 func (fs *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	dh, err := fs.core.OpenDir(ctx(cancel, "opendir"), fs.creds.cred(&in.InHeader), node(in.NodeId))
+	rc := fs.request(cancel, &in.InHeader, "opendir")
+	defer rc.finish()
+	dh, err := fs.core.OpenDir(rc, fs.creds.cred(&in.InHeader), node(in.NodeId))
 	if err != nil {
 		return status(err)
 	}
@@ -22,7 +24,9 @@ func (fs *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 // reader consumed, until the kernel's buffer is full.
 func (fs *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	added := 0
-	err := fs.core.ReadDir(ctx(cancel, "readdir"), fs.creds.cred(&in.InHeader), in.Fh, in.Offset, false, func(e *client.DirEntry) bool {
+	rc := fs.request(cancel, &in.InHeader, "readdir")
+	defer rc.finish()
+	err := fs.core.ReadDir(rc, fs.creds.cred(&in.InHeader), in.Fh, in.Offset, false, func(e *client.DirEntry) bool {
 		if !out.AddDirEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: e.Cookie}) {
 			return false
 		}
@@ -48,7 +52,9 @@ func dirStatus(added int, err error) fuse.Status {
 // goes out with node ID 0, which the kernel takes as "no lookup done".
 func (fs *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	added := 0
-	err := fs.core.ReadDir(ctx(cancel, "readdirplus"), fs.creds.cred(&in.InHeader), in.Fh, in.Offset, true, func(e *client.DirEntry) bool {
+	rc := fs.request(cancel, &in.InHeader, "readdirplus")
+	defer rc.finish()
+	err := fs.core.ReadDir(rc, fs.creds.cred(&in.InHeader), in.Fh, in.Offset, true, func(e *client.DirEntry) bool {
 		eo := out.AddDirLookupEntry(fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode, Off: e.Cookie})
 		if eo == nil {
 			return false // full: the core drops the reference it took

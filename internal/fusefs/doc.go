@@ -40,9 +40,12 @@
 //
 // # Cancellation
 //
-// A request the caller abandons (a signal) closes go-fuse's cancel channel;
-// the channel itself is the request's context (no goroutine per request),
-// so the core's RPC wait ends and the call returns EINTR.
+// Requests are not abandoned when the kernel sends INTERRUPT: the kernel
+// does so for any signal, and an EINTR reply would reach processes that
+// handle a signal and carry on (and Go programs, which the runtime signals
+// constantly) from operations they never expect to fail that way. A fatal
+// signal ends the caller's wait in the kernel without us. This is an NFS
+// mount's behaviour (intr is ignored); see reqCtx.
 //
 // # Statistics
 //

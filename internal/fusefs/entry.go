@@ -55,7 +55,9 @@ func (fs *FS) entryStatus(out *fuse.EntryOut, e *client.Entry, err error) fuse.S
 // it may be remembered, is answered as a negative entry (node ID 0) so the
 // kernel keeps a negative dentry for that long.
 func (fs *FS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
-	e, err := fs.core.Lookup(ctx(cancel, "lookup"), fs.creds.cred(h), node(h.NodeId), name)
+	rc := fs.request(cancel, h, "lookup")
+	defer rc.finish()
+	e, err := fs.core.Lookup(rc, fs.creds.cred(h), node(h.NodeId), name)
 	if err != nil {
 		if client.Errno(err) == syscall.ENOENT && e.EntryTTL > 0 {
 			*out = fuse.EntryOut{}
@@ -77,7 +79,9 @@ func (fs *FS) Forget(nodeid, nlookup uint64) {
 // GetAttr returns a node's attributes (the file handle, if any, adds
 // nothing: attributes belong to the node).
 func (fs *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
-	a, d, err := fs.core.GetAttr(ctx(cancel, "getattr"), fs.creds.cred(&in.InHeader), node(in.NodeId))
+	rc := fs.request(cancel, &in.InHeader, "getattr")
+	defer rc.finish()
+	a, d, err := fs.core.GetAttr(rc, fs.creds.cred(&in.InHeader), node(in.NodeId))
 	if err != nil {
 		return status(err)
 	}
@@ -121,7 +125,9 @@ func setAttrIn(in *fuse.SetAttrIn) client.SetAttrIn {
 
 // SetAttr changes attributes (chmod, chown, truncate, utimes).
 func (fs *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
-	a, d, err := fs.core.SetAttr(ctx(cancel, "setattr"), fs.creds.cred(&in.InHeader), node(in.NodeId), setAttrIn(in))
+	rc := fs.request(cancel, &in.InHeader, "setattr")
+	defer rc.finish()
+	a, d, err := fs.core.SetAttr(rc, fs.creds.cred(&in.InHeader), node(in.NodeId), setAttrIn(in))
 	if err != nil {
 		return status(err)
 	}
@@ -133,24 +139,32 @@ func (fs *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Attr
 // Mknod creates a special file or, with S_IFREG, a regular file. The
 // kernel has applied the umask already (no CAP_DONT_MASK).
 func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	e, err := fs.core.Mknod(ctx(cancel, "mknod"), fs.creds.cred(&in.InHeader), node(in.NodeId), name, in.Mode, in.Rdev)
+	rc := fs.request(cancel, &in.InHeader, "mknod")
+	defer rc.finish()
+	e, err := fs.core.Mknod(rc, fs.creds.cred(&in.InHeader), node(in.NodeId), name, in.Mode, in.Rdev)
 	return fs.entryStatus(out, &e, err)
 }
 
 // Mkdir creates a directory.
 func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	e, err := fs.core.Mkdir(ctx(cancel, "mkdir"), fs.creds.cred(&in.InHeader), node(in.NodeId), name, in.Mode)
+	rc := fs.request(cancel, &in.InHeader, "mkdir")
+	defer rc.finish()
+	e, err := fs.core.Mkdir(rc, fs.creds.cred(&in.InHeader), node(in.NodeId), name, in.Mode)
 	return fs.entryStatus(out, &e, err)
 }
 
 // Unlink removes a name that is not a directory.
 func (fs *FS) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	return status(fs.core.Unlink(ctx(cancel, "unlink"), fs.creds.cred(h), node(h.NodeId), name))
+	rc := fs.request(cancel, h, "unlink")
+	defer rc.finish()
+	return status(fs.core.Unlink(rc, fs.creds.cred(h), node(h.NodeId), name))
 }
 
 // Rmdir removes an empty directory.
 func (fs *FS) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	return status(fs.core.Rmdir(ctx(cancel, "rmdir"), fs.creds.cred(h), node(h.NodeId), name))
+	rc := fs.request(cancel, h, "rmdir")
+	defer rc.finish()
+	return status(fs.core.Rmdir(rc, fs.creds.cred(h), node(h.NodeId), name))
 }
 
 // Rename renames. NFSv3 RENAME always replaces its target, so neither
@@ -160,25 +174,33 @@ func (fs *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName
 	if in.Flags != 0 {
 		return fuse.EINVAL
 	}
-	return status(fs.core.Rename(ctx(cancel, "rename"), fs.creds.cred(&in.InHeader), node(in.NodeId), oldName, node(in.Newdir), newName))
+	rc := fs.request(cancel, &in.InHeader, "rename")
+	defer rc.finish()
+	return status(fs.core.Rename(rc, fs.creds.cred(&in.InHeader), node(in.NodeId), oldName, node(in.Newdir), newName))
 }
 
 // Link makes a hard link to in.Oldnodeid in the request's directory.
 func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
-	e, err := fs.core.Link(ctx(cancel, "link"), fs.creds.cred(&in.InHeader), node(in.Oldnodeid), node(in.NodeId), name)
+	rc := fs.request(cancel, &in.InHeader, "link")
+	defer rc.finish()
+	e, err := fs.core.Link(rc, fs.creds.cred(&in.InHeader), node(in.Oldnodeid), node(in.NodeId), name)
 	return fs.entryStatus(out, &e, err)
 }
 
 // Symlink creates linkName in the request's directory pointing at
 // pointedTo.
 func (fs *FS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, pointedTo, linkName string, out *fuse.EntryOut) fuse.Status {
-	e, err := fs.core.Symlink(ctx(cancel, "symlink"), fs.creds.cred(h), node(h.NodeId), linkName, pointedTo)
+	rc := fs.request(cancel, h, "symlink")
+	defer rc.finish()
+	e, err := fs.core.Symlink(rc, fs.creds.cred(h), node(h.NodeId), linkName, pointedTo)
 	return fs.entryStatus(out, &e, err)
 }
 
 // Readlink returns a symbolic link's target.
 func (fs *FS) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
-	target, err := fs.core.Readlink(ctx(cancel, "readlink"), fs.creds.cred(h), node(h.NodeId))
+	rc := fs.request(cancel, h, "readlink")
+	defer rc.finish()
+	target, err := fs.core.Readlink(rc, fs.creds.cred(h), node(h.NodeId))
 	if err != nil {
 		return nil, status(err)
 	}
@@ -188,12 +210,16 @@ func (fs *FS) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.S
 // Access answers access(2) (and chdir) with the server's ACCESS. The
 // kernel passes the caller's real uid and gid here, as access(2) wants.
 func (fs *FS) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
-	return status(fs.core.Access(ctx(cancel, "access"), fs.creds.cred(&in.InHeader), node(in.NodeId), in.Mask))
+	rc := fs.request(cancel, &in.InHeader, "access")
+	defer rc.finish()
+	return status(fs.core.Access(rc, fs.creds.cred(&in.InHeader), node(in.NodeId), in.Mask))
 }
 
 // StatFs reports the capacity of the export's file system.
 func (fs *FS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
-	s, err := fs.core.StatFS(ctx(cancel, "statfs"), fs.creds.cred(h), node(h.NodeId))
+	rc := fs.request(cancel, h, "statfs")
+	defer rc.finish()
+	s, err := fs.core.StatFS(rc, fs.creds.cred(h), node(h.NodeId))
 	if err != nil {
 		return status(err)
 	}

@@ -9,7 +9,9 @@ import (
 // Create creates and opens a regular file. A new file has no cached pages
 // to keep.
 func (fs *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	e, fh, err := fs.core.Create(ctx(cancel, "create"), fs.creds.cred(&in.InHeader), node(in.NodeId), name, in.Flags, in.Mode)
+	rc := fs.request(cancel, &in.InHeader, "create")
+	defer rc.finish()
+	e, fh, err := fs.core.Create(rc, fs.creds.cred(&in.InHeader), node(in.NodeId), name, in.Flags, in.Mode)
 	if err != nil {
 		return status(err)
 	}
@@ -21,7 +23,9 @@ func (fs *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 // Open opens a file. The core decides whether the kernel's cached pages
 // are still the file's (close-to-open).
 func (fs *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	fh, keep, err := fs.core.Open(ctx(cancel, "open"), fs.creds.cred(&in.InHeader), node(in.NodeId), in.Flags)
+	rc := fs.request(cancel, &in.InHeader, "open")
+	defer rc.finish()
+	fh, keep, err := fs.core.Open(rc, fs.creds.cred(&in.InHeader), node(in.NodeId), in.Flags)
 	if err != nil {
 		return status(err)
 	}
@@ -39,7 +43,9 @@ func (fs *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Re
 		dst = make([]byte, in.Size)
 	}
 	dst = dst[:in.Size]
-	n, err := fs.core.Read(ctx(cancel, "read"), fs.creds.cred(&in.InHeader), in.Fh, in.Offset, dst)
+	rc := fs.request(cancel, &in.InHeader, "read")
+	defer rc.finish()
+	n, err := fs.core.Read(rc, fs.creds.cred(&in.InHeader), in.Fh, in.Offset, dst)
 	if err != nil {
 		return nil, status(err)
 	}
@@ -49,7 +55,9 @@ func (fs *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Re
 // Write hands data to the core, which copies it (go-fuse reuses the
 // buffer once the call returns).
 func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	n, err := fs.core.Write(ctx(cancel, "write"), fs.creds.cred(&in.InHeader), in.Fh, in.Offset, data)
+	rc := fs.request(cancel, &in.InHeader, "write")
+	defer rc.finish()
+	n, err := fs.core.Write(rc, fs.creds.cred(&in.InHeader), in.Fh, in.Offset, data)
 	if err != nil {
 		return 0, status(err)
 	}
@@ -59,12 +67,16 @@ func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint
 // Flush is a close(2) of one descriptor: the core writes back and commits
 // (close-to-open) and reports any write-back error.
 func (fs *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
-	return status(fs.core.Flush(ctx(cancel, "flush"), fs.creds.cred(&in.InHeader), in.Fh))
+	rc := fs.request(cancel, &in.InHeader, "flush")
+	defer rc.finish()
+	return status(fs.core.Flush(rc, fs.creds.cred(&in.InHeader), in.Fh))
 }
 
 // Fsync makes the file's data durable on the server.
 func (fs *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	return status(fs.core.Fsync(ctx(cancel, "fsync"), fs.creds.cred(&in.InHeader), in.Fh))
+	rc := fs.request(cancel, &in.InHeader, "fsync")
+	defer rc.finish()
+	return status(fs.core.Fsync(rc, fs.creds.cred(&in.InHeader), in.Fh))
 }
 
 // Release is the last close of an open file. The kernel expects no answer

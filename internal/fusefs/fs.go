@@ -2,7 +2,13 @@ package fusefs
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -31,6 +37,7 @@ type FS struct {
 	logf    func(string, ...any)
 	blksize uint32 // st_blksize reported for every file
 	owner   uint32 // the mounting user: may reset the statistics, with root
+	dying   func(tid uint32) bool
 
 	notifier *notifier // set by Init
 }
@@ -60,6 +67,7 @@ func New(core *client.FS, opts Options) *FS {
 		logf:          opts.Logf,
 		blksize:       blksize,
 		owner:         uint32(os.Geteuid()),
+		dying:         func(tid uint32) bool { return threadDying(opts.ProcDir, tid) },
 	}
 }
 
@@ -71,17 +79,39 @@ func status(err error) fuse.Status {
 	return fuse.Status(client.Errno(err))
 }
 
-// reqCtx is a request's context: done when go-fuse closes the request's
-// cancel channel (the kernel sent INTERRUPT, or the connection died), so no
-// goroutine watches it. It also names the kernel operation, which the core
-// counts RPCs by (client.OriginKey).
+// reqCtx is a request's context. It names the kernel operation, which the
+// core counts RPCs by (client.OriginKey), and it is cancelled the way an
+// NFS mount's calls are: only by a fatal signal.
+//
+// The kernel interrupts a request (go-fuse closes its cancel channel) for
+// any signal the caller gets, including ones it handles and carries on
+// after and the Go runtime's preemption signals; answering those with EINTR
+// would break stat, close or a page fault (SIGBUS) in programs that never
+// expect it. But a request already handed to us is one the kernel waits
+// out even for SIGKILL, so a killed process would hang on a dead server
+// unless we let it go. So an interrupt is honoured only when the calling
+// thread is dying: SIGKILL pending, which is also what a signal whose
+// default action kills (Ctrl-C on cat) becomes. The check needs a goroutine
+// only while the request waits in an RPC (Done was called), and it ends
+// with the request.
 type reqCtx struct {
-	cancel <-chan struct{}
 	op     string
+	cancel <-chan struct{} // go-fuse's: closed on INTERRUPT
+	tid    uint32          // the calling thread
+	dying  func(tid uint32) bool
+
+	once     sync.Once
+	done     chan struct{} // closed when cancelled
+	finished chan struct{} // closed when the request ends
+	err      atomic.Value  // error, once done
+}
+
+// request returns the context of a request for operation op.
+func (fs *FS) request(cancel <-chan struct{}, h *fuse.InHeader, op string) *reqCtx {
+	return &reqCtx{op: op, cancel: cancel, tid: h.Caller.Pid, dying: fs.dying}
 }
 
 func (c *reqCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (c *reqCtx) Done() <-chan struct{}       { return c.cancel }
 
 func (c *reqCtx) Value(key any) any {
 	if key == (client.OriginKey{}) {
@@ -91,16 +121,73 @@ func (c *reqCtx) Value(key any) any {
 }
 
 func (c *reqCtx) Err() error {
+	if err, ok := c.err.Load().(error); ok {
+		return err
+	}
+	return nil
+}
+
+func (c *reqCtx) Done() <-chan struct{} {
+	c.once.Do(func() {
+		c.done, c.finished = make(chan struct{}), make(chan struct{})
+		if c.cancel != nil {
+			go c.watch()
+		}
+	})
+	return c.done
+}
+
+// watch cancels the request if it is interrupted and its caller is dying,
+// or dies while it still waits.
+func (c *reqCtx) watch() {
 	select {
+	case <-c.finished:
+		return
 	case <-c.cancel:
-		return context.Canceled
-	default:
-		return nil
+	}
+	for tick := time.NewTicker(200 * time.Millisecond); ; {
+		if c.dying(c.tid) {
+			c.err.Store(context.Canceled)
+			close(c.done)
+			tick.Stop()
+			return
+		}
+		select {
+		case <-c.finished:
+			tick.Stop()
+			return
+		case <-tick.C:
+		}
 	}
 }
 
-// ctx turns a cancel channel into a context for the kernel operation op.
-func ctx(cancel <-chan struct{}, op string) context.Context { return &reqCtx{cancel, op} }
+// finish ends the request's watcher, if it has one.
+func (c *reqCtx) finish() {
+	c.once.Do(func() {}) // no watcher can start after this
+	if c.finished != nil {
+		close(c.finished)
+	}
+}
+
+// threadDying reports whether a thread has SIGKILL pending (it is being
+// killed), from /proc.
+func threadDying(procDir string, tid uint32) bool {
+	b, err := os.ReadFile(fmt.Sprintf("%s/%d/status", procDir, tid))
+	if err != nil {
+		return os.IsNotExist(err) // gone already
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		field, val, ok := strings.Cut(line, ":")
+		if !ok || (field != "SigPnd" && field != "ShdPnd") {
+			continue
+		}
+		mask, err := strconv.ParseUint(strings.TrimSpace(val), 16, 64)
+		if err == nil && mask&(1<<(uint(syscall.SIGKILL)-1)) != 0 {
+			return true
+		}
+	}
+	return false
+}
 
 // node converts a FUSE node ID.
 func node(id uint64) client.NodeID { return client.NodeID(id) }

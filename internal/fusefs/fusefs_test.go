@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,9 +20,16 @@ import (
 	"hushfs/internal/client"
 )
 
-func TestCancelCtx(t *testing.T) {
+// TestRequestCtx: a request's context carries the kernel operation for the
+// statistics, ignores an INTERRUPT while its caller lives on, and is
+// cancelled once the caller is dying (SIGKILL pending).
+func TestRequestCtx(t *testing.T) {
 	ch := make(chan struct{})
-	c := ctx(ch, "open")
+	var dying atomic.Bool
+	fs := &FS{dying: func(uint32) bool { return dying.Load() }}
+	h := fuse.InHeader{}
+	c := fs.request(ch, &h, "open")
+	defer c.finish()
 	if _, ok := c.Deadline(); ok {
 		t.Error("Deadline reported one")
 	}
@@ -31,21 +39,43 @@ func TestCancelCtx(t *testing.T) {
 	if c.Value(client.OriginKey{}) != "open" {
 		t.Error("the operation is not the RPCs' origin")
 	}
-	if c.Err() != nil {
-		t.Errorf("Err before cancel = %v", c.Err())
-	}
+	done := c.Done()
+	close(ch) // the kernel sent INTERRUPT: a handled signal, say
 	select {
-	case <-c.Done():
-		t.Fatal("Done before cancel")
-	default:
+	case <-done:
+		t.Fatal("the request's context ended on INTERRUPT of a caller that lives on")
+	case <-time.After(300 * time.Millisecond):
 	}
-	close(ch)
-	<-c.Done()
-	if !errors.Is(c.Err(), context.Canceled) {
-		t.Errorf("Err after cancel = %v, want context.Canceled", c.Err())
+	if c.Err() != nil {
+		t.Errorf("Err after INTERRUPT = %v, want nil", c.Err())
 	}
-	if client.Errno(c.Err()) != syscall.EINTR {
-		t.Errorf("Errno(canceled) = %v, want EINTR", client.Errno(c.Err()))
+	dying.Store(true) // then the caller is killed
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the request's context did not end when its caller was dying")
+	}
+	if c.Err() != context.Canceled {
+		t.Errorf("Err = %v, want context.Canceled", c.Err())
+	}
+	// A finished request's watcher ends (no goroutine per past request).
+	c2 := fs.request(make(chan struct{}), &h, "stat")
+	c2.Done()
+	c2.finish()
+}
+
+// TestThreadDying reads SIGKILL from /proc's pending masks.
+func TestThreadDying(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "7"), 0o755)
+	os.WriteFile(filepath.Join(dir, "7", "status"), []byte("Name:\tcat\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000000100\n"), 0o644)
+	os.MkdirAll(filepath.Join(dir, "8"), 0o755)
+	os.WriteFile(filepath.Join(dir, "8", "status"), []byte("Name:\tgo\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000008000\n"), 0o644)
+	if !threadDying(dir, 7) || threadDying(dir, 8) {
+		t.Errorf("threadDying: pending SIGKILL %v, pending SIGURG %v", threadDying(dir, 7), threadDying(dir, 8))
+	}
+	if !threadDying(dir, 9) {
+		t.Error("a thread that is gone should count as dying")
 	}
 }
 
@@ -742,8 +772,9 @@ func TestGroupsReachServer(t *testing.T) {
 	}
 }
 
-// TestInterrupt checks that closing a request's cancel channel ends a call
-// whose reply does not come, with EINTR.
+// TestInterrupt checks that INTERRUPT (the request's cancel channel
+// closing) does not end a call whose reply has not come: it completes,
+// successfully, once the server answers (see reqCtx).
 func TestInterrupt(t *testing.T) {
 	e := newEnv(t, envOpts{stall: true})
 	if err := os.WriteFile(filepath.Join(e.dir, "f"), nil, 0o644); err != nil {
@@ -765,13 +796,18 @@ func TestInterrupt(t *testing.T) {
 	close(cancel)
 	select {
 	case st := <-done:
-		if st != fuse.EINTR {
-			t.Errorf("interrupted Lookup = %v, want EINTR", st)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("interrupted Lookup did not return")
+		t.Fatalf("interrupted Lookup returned %v while the server's replies were held", st)
+	case <-time.After(300 * time.Millisecond):
 	}
 	e.stall.stalled.Store(false)
+	select {
+	case st := <-done:
+		if st != fuse.OK {
+			t.Errorf("interrupted Lookup = %v once the server answered, want OK", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("interrupted Lookup did not return once the server answered")
+	}
 	e.lookup(1, "f") // the mount still works
 }
 
@@ -781,20 +817,15 @@ func TestMountOptions(t *testing.T) {
 	mo := MountOptions(MountConfig{Source: "srv:/export", Options: o}, true)
 	if mo.FsName != "srv:/export" || mo.Name != "hushfs" || mo.MaxWrite != MaxWrite || !mo.AllowOther ||
 		mo.DisableXAttrs || mo.EnableLocks || !mo.EnableSymlinkCaching || !mo.ExplicitDataCacheControl ||
-		mo.DisableReadDirPlus || !mo.DirectMountStrict || len(mo.Options) != 0 {
+		mo.DisableReadDirPlus || !mo.DirectMountStrict || fmt.Sprint(mo.Options) != "[default_permissions]" {
 		t.Errorf("direct mount options %+v", mo)
-	}
-	for _, opt := range mo.Options {
-		if opt == "default_permissions" {
-			t.Error("default_permissions: permissions are the server's")
-		}
 	}
 	want := uintptr(syscall.MS_RDONLY | syscall.MS_NOEXEC | syscall.MS_NOATIME | syscall.MS_NOSUID)
 	if mo.DirectMountFlags != want {
 		t.Errorf("direct mount flags %#x, want %#x", mo.DirectMountFlags, want)
 	}
 	mo = MountOptions(MountConfig{Source: "srv:/export", Options: o}, false)
-	if fmt.Sprint(mo.Options) != "[ro nosuid dev noexec noatime]" || mo.DirectMount || mo.DirectMountStrict {
+	if fmt.Sprint(mo.Options) != "[ro nosuid dev noexec noatime default_permissions]" || mo.DirectMount || mo.DirectMountStrict {
 		t.Errorf("fusermount3 options %v", mo.Options)
 	}
 	o = client.DefaultOptions()

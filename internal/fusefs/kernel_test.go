@@ -54,7 +54,7 @@ func TestKernelMount(t *testing.T) {
 		t.Errorf("mount table: type %q source %q", mi.FSType, mi.Source)
 	}
 	line := mountinfoLine(t, mnt)
-	if !strings.Contains(line, "max_read=1048576") || strings.Contains(line, "default_permissions") {
+	if !strings.Contains(line, "max_read=1048576") || !strings.Contains(line, "default_permissions") {
 		t.Errorf("mount options: %s", line)
 	}
 	// Default options: nosuid,nodev (the FUSE convention).

@@ -51,8 +51,13 @@ type MountConfig struct {
 //
 //   - FsName is the NFS source and Name "hushfs", so /proc/mounts shows
 //     "SERVER:/export" of type fuse.hushfs (what umount and mount(8) key on).
-//   - No default_permissions: the server decides every access, with the
-//     caller's credentials.
+//   - default_permissions: the kernel checks permissions against the mode
+//     bits of the attributes we hand it, on every path walk, as well as the
+//     server checking every call with the caller's credentials. Without it
+//     the kernel asks nothing for a path it has cached, so a name looked up
+//     by one user would be reachable by another through a directory that
+//     user may not search — a check an NFS client makes with ACCESS on
+//     every walk.
 //   - MaxWrite 1 MiB (max_pages 256): see MaxWrite.
 //   - MaxReadAhead is asked at MaxWrite, which INIT clamps to the kernel's
 //     default; ReadAhead raises it after mounting.
@@ -113,6 +118,7 @@ func MountOptions(cfg MountConfig, direct bool) *fuse.MountOptions {
 	} else {
 		mo.Options = mountFlagOptions(&o)
 	}
+	mo.Options = append(mo.Options, "default_permissions")
 	return mo
 }
 
