@@ -78,7 +78,7 @@ type Config struct {
 // directory procedures.
 const (
 	maxIO           = 1 << 20
-	prefDir         = 64 << 10
+	prefDir         = 1 << 20 // as large as a reply may be: fewer READDIRs for big directories
 	maxDirReply     = 1 << 20
 	ioMult          = 4096
 	defaultFileMode = 0o644

@@ -1,0 +1,756 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"hushfs/internal/nfs3"
+	"hushfs/test/harness"
+)
+
+// wrun is one workload against one server at one RTT: a fresh export, a
+// fresh server, a proxy in front of it, and the mounts the phases ask for.
+// Everything it starts is stopped through its harness.Program's cleanups.
+type wrun struct {
+	s        *suite
+	t        *harness.Program
+	server   string
+	rtt      time.Duration
+	workload string
+	tag      string // "[ganesha rtt=10ms] lua", for messages
+
+	work       string
+	export     string // the exported directory, on local disk
+	exportPath string // what the client MOUNTs
+	target     string // the server's NFS address, for the proxy
+	mountPort  int    // the server's MOUNT port (MOUNT bypasses the proxy)
+	ns         *harness.NetNS
+	ctl        string // the proxy's control socket
+	proxyPort  string
+	nmounts    int
+
+	// stopped is set once a phase timed out: later phases that depend on
+	// it are reported as not run.
+	stopped string
+}
+
+// runWorkload runs one workload with fresh processes and records its
+// phases; whatever happens, everything it started is gone when it returns.
+func (s *suite) runWorkload(server string, rtt time.Duration, workload string) {
+	r := &wrun{s: s, server: server, rtt: rtt, workload: workload,
+		tag: fmt.Sprintf("[%s rtt=%s] %s", server, rttName(rtt), workload)}
+	start := time.Now()
+	var declared []phaseName
+	recorded := map[string]bool{}
+	before := len(s.report.Phases)
+	ok := harness.Run(func(t *harness.Program) {
+		r.t = t
+		r.work = t.TempDir()
+		r.export = filepath.Join(r.work, "export")
+		if err := os.Mkdir(r.export, 0o755); err != nil {
+			t.Fatalf("%s: %v", r.tag, err)
+		}
+		w := workloads[workload]
+		declared = w.phases(s.cfg.sizes)
+		s.logf("%s: preparing the export", r.tag)
+		prep := time.Now()
+		if err := w.setup(r); err != nil {
+			t.Fatalf("%s: setup: %v", r.tag, err)
+		}
+		s.logf("%s: export ready in %s; starting %s and the proxy (rtt %s)", r.tag, secs(time.Since(prep)), server, rttName(rtt))
+		r.startServer()
+		r.startProxy()
+		w.run(r)
+	})
+	s.mu.Lock()
+	for _, p := range s.report.Phases[before:] {
+		recorded[p.Label] = true
+	}
+	s.mu.Unlock()
+	// A phase the workload never reached is reported, not dropped.
+	for _, pn := range declared {
+		if recorded[pn.label] {
+			continue
+		}
+		p := r.newPhase(pn)
+		switch {
+		case s.ctx.Err() != nil:
+			p.Status, p.Check = "not run", "interrupted"
+		case !ok:
+			p.Status, p.Check = "failed", "the workload failed before this phase (see the log)"
+		default:
+			p.Status, p.Check = "not run", r.stopped
+		}
+		s.add(p)
+	}
+	if !ok && s.ctx.Err() == nil {
+		s.problem("%s: the workload failed to run (see the messages above)", r.tag)
+	}
+	s.logf("%s: done in %s", r.tag, secs(time.Since(start)))
+}
+
+func (r *wrun) newPhase(pn phaseName) *Phase {
+	return &Phase{Workload: r.workload, ID: pn.id, Label: pn.label, Server: r.server,
+		RTTms: float64(r.rtt) / float64(time.Millisecond)}
+}
+
+func (r *wrun) startServer() {
+	switch r.server {
+	case "hushfs":
+		sv := harness.StartServe(r.t, r.export)
+		r.target = sv.NFSAddr
+		_, port, err := net.SplitHostPort(sv.MountAddr)
+		if err != nil {
+			r.t.Fatalf("%s: MOUNT address %q: %v", r.tag, sv.MountAddr, err)
+		}
+		r.mountPort, _ = strconv.Atoi(port)
+		r.exportPath = sv.ExportPath
+	case "ganesha":
+		g := harness.StartGanesha(r.t, harness.GaneshaOptions{ExportDir: r.export})
+		r.ns = g.NS
+		r.target = net.JoinHostPort(g.Addr, strconv.Itoa(g.NFSPort))
+		r.mountPort = g.MountPort
+		r.exportPath = g.ExportPath
+	default:
+		r.t.Fatalf("unknown server %q", r.server)
+	}
+}
+
+var proxyLine = regexp.MustCompile(`^hushfs proxy: listening (\S+) `)
+
+// startProxy starts `hushfs proxy` in front of the server's NFS port (in
+// ganesha's namespace for ganesha) with a control socket for the counts.
+func (r *wrun) startProxy() {
+	r.ctl = filepath.Join(r.work, "proxy.ctl")
+	args := []string{"proxy", "--listen", "127.0.0.1:0", "--target", r.target,
+		"--rtt", r.rtt.String(), "--control", r.ctl}
+	var cmd *exec.Cmd
+	if r.ns != nil {
+		cmd = r.ns.Command(context.Background(), r.s.cfg.bin, args...) // nsenter execs: the pid is the proxy's
+	} else {
+		cmd = exec.Command(r.s.cfg.bin, args...)
+	}
+	errf, err := os.Create(filepath.Join(r.work, "proxy.err"))
+	if err != nil {
+		r.t.Fatalf("%s: %v", r.tag, err)
+	}
+	defer errf.Close()
+	cmd.Stderr = errf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		r.t.Fatalf("%s: %v", r.tag, err)
+	}
+	// Its own process group keeps a terminal's Ctrl-C away from it: the
+	// suite stops it after reading the last counts.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Dir = "/"
+	if err := cmd.Start(); err != nil {
+		r.t.Fatalf("%s: start proxy: %v", r.tag, err)
+	}
+	exited := make(chan struct{})
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := proxyLine.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case ready <- m[1]:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, stdout)
+		cmd.Wait()
+		close(exited)
+	}()
+	pid := cmd.Process.Pid
+	r.t.Cleanup(func() {
+		syscall.Kill(pid, syscall.SIGTERM)
+		select {
+		case <-exited:
+			return
+		case <-time.After(5 * time.Second):
+		}
+		syscall.Kill(pid, syscall.SIGKILL)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			r.t.Errorf("%s: proxy pid %d survived SIGKILL", r.tag, pid)
+		}
+	})
+	select {
+	case addr := <-ready:
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			r.t.Fatalf("%s: proxy address %q: %v", r.tag, addr, err)
+		}
+		r.proxyPort = port
+	case <-exited:
+		b, _ := os.ReadFile(errf.Name())
+		r.t.Fatalf("%s: proxy exited before it listened:\n%s", r.tag, b)
+	case <-time.After(20 * time.Second):
+		r.t.Fatalf("%s: proxy printed no listening line within 20 s", r.tag)
+	}
+}
+
+// mount makes a fresh mount through the proxy on a new mount point.
+func (r *wrun) mount() *harness.Mount {
+	r.nmounts++
+	dir := filepath.Join(r.work, fmt.Sprintf("mnt%d", r.nmounts))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		r.t.Fatalf("%s: %v", r.tag, err)
+	}
+	return harness.StartMount(r.t, harness.MountSpec{
+		Bin: r.s.cfg.bin, Server: "127.0.0.1", Export: r.exportPath, Dir: dir,
+		Options: fmt.Sprintf("port=%s,mountport=%d", r.proxyPort, r.mountPort),
+		NS:      r.ns,
+	})
+}
+
+// unmount detaches the mount (`hushfs umount -l`) and makes sure its daemon
+// is gone, killing it by pid if it does not exit by itself; kill skips the
+// wait (the mount is being abandoned after a timeout).
+func (r *wrun) unmount(m *harness.Mount, kill bool) {
+	if ok, _ := harness.Mounted(m.Dir); ok {
+		if out, err := harness.RunHushfs(r.s.cfg.bin, 20*time.Second, "umount", m.Dir, "-l"); err != nil {
+			r.s.logf("  %s: hushfs umount -l %s: %v\n%s", r.tag, m.Dir, err, out)
+		}
+	}
+	wait := 20 * time.Second
+	if kill {
+		wait = 2 * time.Second
+	}
+	if !waitDaemon(m, wait) {
+		if !kill {
+			r.s.logf("  %s: mount daemon %d still running %s after umount -l; killing it", r.tag, m.Pid(), wait)
+		}
+		syscall.Kill(m.Pid(), syscall.SIGKILL)
+		if !waitDaemon(m, 10*time.Second) {
+			r.t.Errorf("%s: mount daemon %d survived SIGKILL", r.tag, m.Pid())
+		}
+	}
+	for range 3 {
+		if ok, _ := harness.MountedAny(m.Dir); !ok {
+			return
+		}
+		syscall.Unmount(m.Dir, syscall.MNT_DETACH)
+	}
+}
+
+// waitDaemon waits at most d for the mount's daemon to exit.
+func waitDaemon(m *harness.Mount, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for m.Alive() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
+// step is one phase to run: a shell command in a directory of the mount.
+type step struct {
+	phaseName
+	script string // run with sh -c
+	dir    string
+	limit  time.Duration
+	churn  string // a directory (on the export) to churn during the phase
+	check  func(x *execResult) (string, bool)
+}
+
+type phaseName struct{ id, label string }
+
+// execResult is how a phase's command ended.
+type execResult struct {
+	exit     int // -1 when killed
+	timedOut bool
+	stopped  bool // interrupted by Ctrl-C / SIGTERM
+	stuck    bool // did not die even once its mount was aborted
+	wall     time.Duration
+	user     time.Duration
+	sys      time.Duration
+	stdout   string // path of the captured standard output
+	stderr   string // the end of its standard error
+}
+
+// phase runs one step on mount m and records it: counters reset before,
+// the command in its own process group under the step's time limit, both
+// counters read after (until they agree, briefly, as calls may still be in
+// flight), then the step's check. After a timeout the mount is torn down
+// and phase returns false; the caller needs a fresh mount to go on.
+func (r *wrun) phase(m *harness.Mount, st step) (*Phase, bool) {
+	s := r.s
+	p := r.newPhase(st.phaseName)
+	limit := st.limit
+	if s.cfg.maxPhase > 0 && limit > s.cfg.maxPhase {
+		limit = s.cfg.maxPhase
+	}
+	p.LimitS = limit.Seconds()
+	fmt.Printf("%s: %-16s ", r.tag, st.label)
+	if err := r.resetCounts(m); err != nil {
+		fmt.Println()
+		p.Status, p.Check = "failed", "resetting counters: "+err.Error()
+		s.add(p)
+		s.problem("%s %s: %v", r.tag, st.label, err)
+		return p, false
+	}
+	var stopChurn func() (int, error)
+	if st.churn != "" {
+		stopChurn = startChurn(st.churn)
+		time.Sleep(50 * time.Millisecond) // the directory is already changing when the phase starts
+	}
+	h, err := r.start(st)
+	if err != nil {
+		if stopChurn != nil {
+			stopChurn()
+		}
+		fmt.Println()
+		p.Status, p.Check = "failed", err.Error()
+		s.add(p)
+		s.problem("%s %s: %v", r.tag, st.label, err)
+		return p, false
+	}
+	x := h.wait(s.ctx, limit)
+	if x.timedOut || x.stopped {
+		// Stopped early: read what the counters saw, then abandon the mount
+		// (killing its daemon ends any request the workload still waits for).
+		h.kill(5 * time.Second)
+		r.fill(p, m)
+		if !h.done() {
+			syscall.Kill(m.Pid(), syscall.SIGKILL)
+			h.kill(15 * time.Second)
+		}
+		y := h.result()
+		y.timedOut, y.stopped = x.timedOut, x.stopped
+		x = y
+	} else {
+		r.fill(p, m)
+	}
+	if stopChurn != nil {
+		n, err := stopChurn()
+		p.Note = fmt.Sprintf("churn: %d files created and removed", n)
+		if err != nil {
+			p.Note += fmt.Sprintf("; churn error: %v", err)
+			s.problem("%s %s: churn loop: %v", r.tag, st.label, err)
+		}
+	}
+	p.WallS, p.UserS, p.SysS = x.wall.Seconds(), x.user.Seconds(), x.sys.Seconds()
+	switch {
+	case x.stopped:
+		p.Status = "not run"
+		p.Check = fmt.Sprintf("interrupted after %s, %d RPCs so far", secs(x.wall), p.Total())
+	case x.timedOut:
+		p.Status = "timeout"
+		p.Check = fmt.Sprintf("timed out after %s, %s RPCs so far", secs(limit), commas(p.Total()))
+		if x.stuck {
+			p.Check += "; the workload did not die even after its mount was aborted"
+			s.problem("%s %s: workload process group %d survived SIGKILL and the mount's abort", r.tag, st.label, h.pid)
+		}
+	default:
+		p.Status = "ok"
+		p.Check, p.CheckOK = st.check(&x)
+		if !p.CheckOK {
+			s.problem("%s %s: wrong result: %s", r.tag, st.label, p.Check)
+		}
+	}
+	if !p.Agree {
+		s.problem("%s %s: hushfs stats and the proxy disagree: %s", r.tag, st.label, p.AgreeDetail)
+	}
+	s.add(p)
+	fmt.Println(phaseLine(p))
+	if x.timedOut || x.stopped {
+		r.unmount(m, true)
+		if x.timedOut {
+			r.stopped = fmt.Sprintf("not run: %s timed out", st.label)
+		} else {
+			r.stopped = "interrupted"
+		}
+		return p, false
+	}
+	return p, true
+}
+
+// phaseLine is the progress line printed once a phase ends.
+func phaseLine(p *Phase) string {
+	agree := "proxy = stats"
+	if !p.Agree {
+		agree = "PROXY ≠ STATS: " + p.AgreeDetail
+	}
+	res := p.Check
+	if p.Status == "ok" && !p.CheckOK {
+		res = "WRONG: " + p.Check
+	}
+	return fmt.Sprintf("%8s  %9s RPCs (%s)  user %s sys %s  %s  %s",
+		secs(time.Duration(p.WallS*float64(time.Second))), commas(p.Total()), topProcs(p, 4),
+		secs(time.Duration(p.UserS*float64(time.Second))), secs(time.Duration(p.SysS*float64(time.Second))), agree, res)
+}
+
+// handle is a phase's running command.
+type handle struct {
+	cmd    *exec.Cmd
+	pid    int
+	start  time.Time
+	end    time.Time
+	exited chan struct{}
+	out    string
+	errf   string
+}
+
+func (r *wrun) start(st step) (*handle, error) {
+	outPath := filepath.Join(r.work, "phase.out")
+	errPath := filepath.Join(r.work, "phase.err")
+	out, err := os.Create(outPath)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	errf, err := os.Create(errPath)
+	if err != nil {
+		return nil, err
+	}
+	defer errf.Close()
+	// exec: the shell becomes the workload, so that the rusage of a
+	// workload killed at its limit is its own, not an idle shell's (a
+	// killed process's children are reaped by init and their rusage lost).
+	cmd := exec.Command("sh", "-c", "exec "+st.script)
+	cmd.Dir = st.dir
+	cmd.Stdout, cmd.Stderr = out, errf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	h := &handle{cmd: cmd, exited: make(chan struct{}), out: outPath, errf: errPath}
+	h.start = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %q: %w", st.script, err)
+	}
+	h.pid = cmd.Process.Pid
+	go func() {
+		cmd.Wait()
+		h.end = time.Now()
+		close(h.exited)
+	}()
+	return h, nil
+}
+
+func (h *handle) done() bool {
+	select {
+	case <-h.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait waits for the command, at most limit, or until ctx ends.
+func (h *handle) wait(ctx context.Context, limit time.Duration) execResult {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case <-h.exited:
+		return h.result()
+	case <-timer.C:
+		x := h.result()
+		x.timedOut = true
+		return x
+	case <-ctx.Done():
+		x := h.result()
+		x.stopped = true
+		return x
+	}
+}
+
+// kill sends SIGKILL to the command's process group and waits at most d
+// for it to exit.
+func (h *handle) kill(d time.Duration) {
+	if h.done() {
+		return
+	}
+	syscall.Kill(-h.pid, syscall.SIGKILL)
+	select {
+	case <-h.exited:
+	case <-time.After(d):
+	}
+}
+
+// result reads how the command ended (or that it has not).
+func (h *handle) result() execResult {
+	x := execResult{exit: -1, stdout: h.out}
+	if !h.done() {
+		x.wall = time.Since(h.start)
+		x.stuck = true
+		return x
+	}
+	x.wall = h.end.Sub(h.start)
+	if ps := h.cmd.ProcessState; ps != nil {
+		x.exit = ps.ExitCode()
+		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+			x.user = time.Duration(ru.Utime.Nano())
+			x.sys = time.Duration(ru.Stime.Nano())
+		}
+	}
+	if b, err := os.ReadFile(h.errf); err == nil {
+		x.stderr = tailString(string(b), 2000)
+	}
+	return x
+}
+
+func tailString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
+
+// resetCounts zeroes the client's and the proxy's counters.
+func (r *wrun) resetCounts(m *harness.Mount) error {
+	if out, err := harness.RunHushfs(r.s.cfg.bin, 30*time.Second, "stats", m.Dir, "--json", "--reset"); err != nil {
+		return fmt.Errorf("hushfs stats --reset: %w: %s", err, strings.TrimSpace(out))
+	}
+	if out, err := harness.RunHushfs(r.s.cfg.bin, 30*time.Second, "proxy", "counts", "--control", r.ctl, "--reset"); err != nil {
+		return fmt.Errorf("hushfs proxy counts --reset: %w: %s", err, strings.TrimSpace(out))
+	}
+	return nil
+}
+
+// statsJSON is the part of `hushfs stats --json` the suite reads: calls
+// and transmissions per procedure (NFS procedures by name, MOUNT: and
+// PORTMAP: prefixed).
+type statsJSON struct {
+	Ops map[string]struct {
+		Ops           uint64 `json:"ops"`
+		Transmissions uint64 `json:"transmissions"`
+	} `json:"ops"`
+}
+
+// proxyJSON is the part of `hushfs proxy counts` the suite reads.
+type proxyJSON struct {
+	Calls         map[string]uint64 `json:"calls"` // "prog/vers/proc"
+	WriteStable   map[string]uint64 `json:"write_stable"`
+	Commits       uint64            `json:"commits"`
+	UnparsedCalls uint64            `json:"unparsed_calls"`
+}
+
+func (r *wrun) readStats(m *harness.Mount) (*statsJSON, error) {
+	out, err := harness.RunHushfs(r.s.cfg.bin, 15*time.Second, "stats", m.Dir, "--json")
+	if err != nil {
+		return nil, fmt.Errorf("hushfs stats: %w: %s", err, strings.TrimSpace(out))
+	}
+	var snap statsJSON
+	if err := json.Unmarshal([]byte(out), &snap); err != nil {
+		return nil, fmt.Errorf("hushfs stats --json: %w: %q", err, tailString(out, 200))
+	}
+	return &snap, nil
+}
+
+func (r *wrun) readProxy() (*proxyJSON, error) {
+	out, err := harness.RunHushfs(r.s.cfg.bin, 15*time.Second, "proxy", "counts", "--control", r.ctl)
+	if err != nil {
+		return nil, fmt.Errorf("hushfs proxy counts: %w: %s", err, strings.TrimSpace(out))
+	}
+	var c proxyJSON
+	if err := json.Unmarshal([]byte(out), &c); err != nil {
+		return nil, fmt.Errorf("hushfs proxy counts: %w: %q", err, tailString(out, 200))
+	}
+	return &c, nil
+}
+
+// fill reads both counters into p, rereading for up to 3 s while they
+// disagree: calls still in flight when the workload exited (or was killed)
+// are in the proxy's count, taken on arrival, before they are in the
+// client's, taken on completion.
+func (r *wrun) fill(p *Phase, m *harness.Mount) {
+	for i := range 30 {
+		if i > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		snap, serr := r.readStats(m)
+		pc, perr := r.readProxy()
+		setCounts(p, snap, serr, pc, perr)
+		if p.Agree {
+			return
+		}
+	}
+}
+
+var stableNames = map[string]string{
+	strconv.Itoa(int(nfs3.Unstable)): "UNSTABLE", strconv.Itoa(int(nfs3.DataSync)): "DATA_SYNC", strconv.Itoa(int(nfs3.FileSync)): "FILE_SYNC",
+}
+
+// setCounts fills p's counts from the two readings and compares them.
+func setCounts(p *Phase, snap *statsJSON, serr error, pc *proxyJSON, perr error) {
+	p.Stats, p.StatsTotal, p.StatsTransmissions = nil, 0, nil
+	p.Proxy, p.ProxyTotal, p.ProxyOther = nil, 0, nil
+	p.WriteStable, p.Commits = map[string]uint64{}, 0
+	if snap != nil {
+		p.Stats = map[string]uint64{}
+		for name, o := range snap.Ops {
+			if strings.Contains(name, ":") || name == "OTHER" || o.Ops == 0 {
+				continue // MOUNT and PORTMAP calls do not go through the proxy
+			}
+			p.Stats[name] = o.Ops
+			p.StatsTotal += o.Ops
+			if o.Transmissions != o.Ops {
+				if p.StatsTransmissions == nil {
+					p.StatsTransmissions = map[string]uint64{}
+				}
+				p.StatsTransmissions[name] = o.Transmissions
+			}
+		}
+	}
+	if pc != nil {
+		p.Proxy = map[string]uint64{}
+		for k, n := range pc.Calls {
+			if n == 0 {
+				continue
+			}
+			var prog, vers, proc uint32
+			if _, err := fmt.Sscanf(k, "%d/%d/%d", &prog, &vers, &proc); err == nil && prog == nfs3.Program && vers == nfs3.Version {
+				p.Proxy[nfs3.ProcName(proc)] += n
+				p.ProxyTotal += n
+				continue
+			}
+			if p.ProxyOther == nil {
+				p.ProxyOther = map[string]uint64{}
+			}
+			p.ProxyOther[k] += n
+		}
+		for how, n := range pc.WriteStable {
+			name, ok := stableNames[how]
+			if !ok {
+				name = "stable_how=" + how
+			}
+			p.WriteStable[name] += n
+		}
+		p.Commits = pc.Commits
+	}
+	var diffs []string
+	if serr != nil {
+		diffs = append(diffs, serr.Error())
+	}
+	if perr != nil {
+		diffs = append(diffs, perr.Error())
+	}
+	if snap != nil && pc != nil {
+		names := slices.Collect(maps.Keys(p.Stats))
+		for n := range p.Proxy {
+			if _, ok := p.Stats[n]; !ok {
+				names = append(names, n)
+			}
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			if a, b := p.Stats[n], p.Proxy[n]; a != b {
+				d := fmt.Sprintf("%s stats %d proxy %d", n, a, b)
+				if t, ok := p.StatsTransmissions[n]; ok {
+					d += fmt.Sprintf(" (stats transmissions %d)", t)
+				}
+				diffs = append(diffs, d)
+			}
+		}
+		for k, n := range p.ProxyOther {
+			diffs = append(diffs, fmt.Sprintf("proxy saw %d calls of %s", n, k))
+		}
+		if pc.UnparsedCalls > 0 {
+			diffs = append(diffs, fmt.Sprintf("proxy could not parse %d calls", pc.UnparsedCalls))
+		}
+	}
+	p.Agree = len(diffs) == 0
+	p.AgreeDetail = strings.Join(diffs, "; ")
+}
+
+// startChurn creates dir/.churn-N and removes dir/.churn-(N-1) every 10 ms,
+// directly in the exported directory, until the returned function is
+// called; that removes the last one and reports how many were made.
+func startChurn(dir string) func() (int, error) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var n int
+	var firstErr error
+	note := func(err error) {
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				if n > 0 {
+					note(os.Remove(filepath.Join(dir, fmt.Sprintf(".churn-%d", n))))
+				}
+				return
+			case <-tick.C:
+			}
+			n++
+			f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf(".churn-%d", n)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+			if err == nil {
+				err = f.Close()
+			}
+			note(err)
+			if n > 1 {
+				if err := os.Remove(filepath.Join(dir, fmt.Sprintf(".churn-%d", n-1))); err != nil && !errors.Is(err, os.ErrNotExist) {
+					note(err)
+				}
+			}
+		}
+	}()
+	return func() (int, error) {
+		close(stop)
+		<-done
+		return n, firstErr
+	}
+}
+
+// runQuiet runs a short command (a check) with a deadline and returns its
+// combined output.
+func runQuiet(ctx context.Context, d time.Duration, dir string, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.WaitDelay = 2 * time.Second
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func secs(d time.Duration) string {
+	switch {
+	case d >= 100*time.Second:
+		return fmt.Sprintf("%.0f s", d.Seconds())
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	default:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	}
+}
+
+// commas formats n with thousands separators.
+func commas(n uint64) string {
+	s := strconv.FormatUint(n, 10)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
