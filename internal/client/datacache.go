@@ -211,3 +211,20 @@ func (w *writeback) readLocal(n *inode, off uint64, dst []byte) (int, bool) {
 	st.dirty.overlay(off, out)
 	return len(out), true
 }
+
+// keepRead records data the server sent for a READ as clean data, when the
+// file's data generation was the same before and after (no change we did
+// not make was seen meanwhile), and nothing of ours is pending there.
+func (w *writeback) keepRead(n *inode, genBefore, genAfter uint64, off uint64, data []byte) {
+	if genBefore != genAfter || len(data) == 0 {
+		return
+	}
+	st := w.state(n)
+	st.mu.Lock()
+	gaps := uncovered(off, off+uint64(len(data)), st.dirty, st.inflight)
+	if len(gaps) == 1 && gaps[0] == (interval{off, off + uint64(len(data))}) {
+		w.addCleanLocked(st, genAfter, extent{off: off, data: data})
+	}
+	st.mu.Unlock()
+	w.evictClean(st)
+}

@@ -169,6 +169,7 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 		eof bool
 		err error
 	}
+	genBefore := fs.dataSnapshot(n).gen
 	rsize := int(fs.rsize)
 	pieces := make([]piece, (len(dst)+rsize-1)/rsize)
 	var wg sync.WaitGroup
@@ -183,6 +184,7 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 	}
 	wg.Wait()
 	valid := 0
+	gen := fs.dataSnapshot(n).gen
 	for i, p := range pieces {
 		if p.err != nil {
 			return 0, p.err
@@ -192,6 +194,9 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 			break
 		}
 	}
+	// What the server sent is kept as clean data, if the file did not
+	// change meanwhile: a page the kernel drops is then read from here.
+	fs.wb.keepRead(n, genBefore, gen, off, dst[:valid])
 	// Bytes between the server's EOF and our dirty data are a hole.
 	clear(dst[valid:])
 	valid = max(valid, pending.overlay(off, dst))
