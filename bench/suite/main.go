@@ -168,8 +168,14 @@ func run() int {
 	// and stop everything, and the results so far are written.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	finished := make(chan struct{})
+	defer close(finished) // runs before stop: a normal end is no signal
 	go func() {
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-finished:
+			return
+		}
 		// A second signal then kills the suite outright, abandoning the
 		// cleanup (its children die with it; a mount may stay behind).
 		stop()
