@@ -134,21 +134,16 @@ func (s *Server) applySattr(id *identity, fd int, cur *unix.Stat_t, sa *nfs3.Sat
 }
 
 func (s *Server) access(id *identity, a *nfs3.AccessArgs) (r nfs3.AccessRes) {
-	n, err := s.resolve(a.Obj)
-	if err != nil {
-		r.Status = s.statusOf(err)
+	n, attr, st := s.resolveAttr(a.Obj)
+	r.ObjAttr = attr
+	if st != nfs3.OK {
+		r.Status = st
 		return r
 	}
 	defer s.cache.release(n)
-	var st unix.Stat_t
-	if err := s.stat(n, &st); err != nil {
-		r.Status = s.statusOf(err)
-		return r
-	}
-	r.ObjAttr = s.postOp(&st)
 	want := a.Access
 	var granted uint32
-	err = s.as(id, func() error {
+	err := s.as(id, func() error {
 		// Ask the kernel once per permission needed.
 		var asked, ok [8]bool
 		can := func(mode uint32) bool {
@@ -226,19 +221,30 @@ func (s *Server) readlink(a *nfs3.ReadlinkArgs) (r nfs3.ReadlinkRes) {
 	return r
 }
 
-func (s *Server) fsstat(a *nfs3.FsstatArgs) (r nfs3.FsstatRes) {
-	n, err := s.resolve(a.Root)
+// resolveAttr resolves a handle and stats it, for the procedures that
+// answer with the object's attributes. The caller releases n when the
+// status is OK.
+func (s *Server) resolveAttr(fh nfs3.FH) (n *node, attr nfs3.PostOpAttr, status nfs3.Status) {
+	n, err := s.resolve(fh)
 	if err != nil {
-		r.Status = s.statusOf(err)
+		return nil, attr, s.statusOf(err)
+	}
+	var st unix.Stat_t
+	if err := s.stat(n, &st); err != nil {
+		s.cache.release(n)
+		return nil, attr, s.statusOf(err)
+	}
+	return n, s.postOp(&st), nfs3.OK
+}
+
+func (s *Server) fsstat(a *nfs3.FsstatArgs) (r nfs3.FsstatRes) {
+	n, attr, st := s.resolveAttr(a.Root)
+	r.ObjAttr = attr
+	if st != nfs3.OK {
+		r.Status = st
 		return r
 	}
 	defer s.cache.release(n)
-	var st unix.Stat_t
-	if err := s.stat(n, &st); err != nil {
-		r.Status = s.statusOf(err)
-		return r
-	}
-	r.ObjAttr = s.postOp(&st)
 	var sf unix.Statfs_t
 	if err := unix.Fstatfs(n.fd, &sf); err != nil {
 		r.Status = s.statusOf(err)
@@ -256,18 +262,13 @@ func (s *Server) fsstat(a *nfs3.FsstatArgs) (r nfs3.FsstatRes) {
 }
 
 func (s *Server) fsinfo(a *nfs3.FsinfoArgs) (r nfs3.FsinfoRes) {
-	n, err := s.resolve(a.Root)
-	if err != nil {
-		r.Status = s.statusOf(err)
+	n, attr, st := s.resolveAttr(a.Root)
+	r.ObjAttr = attr
+	if st != nfs3.OK {
+		r.Status = st
 		return r
 	}
 	defer s.cache.release(n)
-	var st unix.Stat_t
-	if err := s.stat(n, &st); err != nil {
-		r.Status = s.statusOf(err)
-		return r
-	}
-	r.ObjAttr = s.postOp(&st)
 	r.Rtmax, r.Rtpref, r.Rtmult = maxIO, maxIO, ioMult
 	r.Wtmax, r.Wtpref, r.Wtmult = maxIO, maxIO, ioMult
 	r.Dtpref = prefDir
@@ -278,18 +279,13 @@ func (s *Server) fsinfo(a *nfs3.FsinfoArgs) (r nfs3.FsinfoRes) {
 }
 
 func (s *Server) pathconf(a *nfs3.PathconfArgs) (r nfs3.PathconfRes) {
-	n, err := s.resolve(a.Obj)
-	if err != nil {
-		r.Status = s.statusOf(err)
+	n, attr, st := s.resolveAttr(a.Obj)
+	r.ObjAttr = attr
+	if st != nfs3.OK {
+		r.Status = st
 		return r
 	}
 	defer s.cache.release(n)
-	var st unix.Stat_t
-	if err := s.stat(n, &st); err != nil {
-		r.Status = s.statusOf(err)
-		return r
-	}
-	r.ObjAttr = s.postOp(&st)
 	var sf unix.Statfs_t
 	if err := unix.Fstatfs(n.fd, &sf); err != nil {
 		r.Status = s.statusOf(err)
