@@ -576,3 +576,96 @@ func TestNamespaceOps(t *testing.T) {
 		t.Fatalf("statfs: %+v %v", st, err)
 	}
 }
+
+// TestDirtyDataAges: data written to a file kept open is sent and
+// committed once it has been dirty for dirtyExpire (injected clock).
+func TestDirtyDataAges(t *testing.T) {
+	ts := startServer(t)
+	var mu sync.Mutex
+	now := time.Unix(2_000_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	o, _ := ParseOptions(fmt.Sprintf("port=%d,mountport=%d", port(ts.proxy.Addr()), port(ts.mountL.Addr())))
+	ctx := ctxT(t)
+	fs, err := Mount(ctx, Config{Server: "127.0.0.1", Export: ts.srv.Root(), Options: o, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close(ctx)
+	_, fh, err := fs.Create(ctx, root, RootID, "log", syscall.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.Write(ctx, root, fh, 0, []byte("line one\n"))
+	fs.wb.flushAged(ctx)
+	if got, _ := os.ReadFile(filepath.Join(ts.dir, "log")); len(got) != 0 {
+		t.Fatalf("young dirty data sent: %q", got)
+	}
+	mu.Lock()
+	now = now.Add(dirtyExpire)
+	mu.Unlock()
+	fs.wb.flushAged(ctx)
+	if got, _ := os.ReadFile(filepath.Join(ts.dir, "log")); string(got) != "line one\n" {
+		t.Fatalf("aged dirty data not on the server: %q", got)
+	}
+	fs.Release(ctx, fh)
+}
+
+// TestNoSpace: an export on a small tmpfs: writing past its size fails with
+// ENOSPC at close (flush) — for every descriptor — and what fit is kept.
+func TestNoSpace(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=2m"); err != nil {
+		t.Skipf("no tmpfs: %v", err)
+	}
+	defer syscall.Unmount(dir, syscall.MNT_DETACH)
+	ts := &testServer{dir: dir, state: t.TempDir()}
+	var err error
+	if ts.nfsL, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	if ts.mountL, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	ts.serve(t)
+	if ts.proxy, err = proxy.Start(proxy.Config{Listen: "127.0.0.1:0", Target: ts.nfsL.Addr().String()}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { ts.proxy.Close(); ts.stop() }()
+	fs := ts.mount(t, "")
+	ctx := ctxT(t)
+	fit := make([]byte, 1<<20)
+	rand.Read(fit)
+	_, fh1, err := fs.Create(ctx, root, RootID, "fits", syscall.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.Write(ctx, root, fh1, 0, fit)
+	if err := fs.Flush(ctx, root, fh1); err != nil {
+		t.Fatalf("1 MiB on a 2 MiB file system: %v", err)
+	}
+	fs.Release(ctx, fh1)
+	e, fh2, err := fs.Create(ctx, root, RootID, "toobig", syscall.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fh3, _, err := fs.Open(ctx, root, e.Node, syscall.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 3<<20)
+	for off := 0; off < len(big); off += 1 << 20 {
+		fs.Write(ctx, root, fh2, uint64(off), big[off:off+1<<20])
+	}
+	if err := fs.Flush(ctx, root, fh2); Errno(err) != syscall.ENOSPC {
+		t.Fatalf("close after writing past the file system: %v, want ENOSPC", err)
+	}
+	if err := fs.Flush(ctx, root, fh3); Errno(err) != syscall.ENOSPC {
+		t.Fatalf("the other descriptor: %v, want ENOSPC", err)
+	}
+	fs.Release(ctx, fh2)
+	fs.Release(ctx, fh3)
+	if got, _ := os.ReadFile(filepath.Join(dir, "fits")); !bytes.Equal(got, fit) {
+		t.Fatal("data that fit was lost")
+	}
+}

@@ -235,6 +235,7 @@ func (fs *FS) fsinfo(ctx context.Context, self *Cred) error {
 // effort) and closes the connection.
 func (fs *FS) Close(ctx context.Context) error {
 	err := fs.wb.flushAll(ctx)
+	fs.wb.close()
 	fs.nfs.Close()
 	return err
 }

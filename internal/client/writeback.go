@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"hushfs/internal/nfs3"
 )
@@ -37,8 +38,9 @@ type fileState struct {
 
 	// clean is data the server acknowledged: equal to the server's copy
 	// while the node's dataGen is still cleanGen. Reads of it send nothing.
-	clean    extents
-	cleanGen uint64
+	clean      extents
+	cleanGen   uint64
+	dirtySince time.Time // when dirty last went from empty to not (dirty-age flush)
 	// baseSize is the server's size before our pending writes (taken when
 	// the file last went from clean to dirty, under dataGen baseGen): bytes
 	// at or past it that we did not write are holes, known to be zeros.
@@ -63,6 +65,7 @@ type writeback struct {
 	limit      uint64 // above this, writers wait for write-back
 	cleanBytes uint64 // clean (acknowledged) data kept for reading back
 	files      map[*inode]bool
+	stop       chan struct{} // closed at unmount: ends ageLoop
 }
 
 // cleanLimit bounds the acknowledged data kept to answer reads of what we
@@ -77,9 +80,64 @@ const dirtyLimit = 512 << 20
 const maxCommitRetries = 8
 
 func newWriteback(fs *FS) *writeback {
-	w := &writeback{fs: fs, limit: dirtyLimit, files: map[*inode]bool{}}
+	w := &writeback{fs: fs, limit: dirtyLimit, files: map[*inode]bool{}, stop: make(chan struct{})}
 	w.cond = sync.NewCond(&w.mu)
+	go w.ageLoop()
 	return w
+}
+
+// dirtyExpire is how long written data may stay only in this client's
+// memory while its file stays open: then it is sent and committed, as the
+// kernel's own write-back does after dirty_expire_centisecs (30 s).
+const dirtyExpire = 30 * time.Second
+
+// ageLoop flushes files whose data has been dirty longer than dirtyExpire.
+func (w *writeback) ageLoop() {
+	tick := time.NewTicker(dirtyExpire / 6)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-tick.C:
+			w.flushAged(context.Background())
+		}
+	}
+}
+
+// flushAged sends and commits the data of every file dirty for longer than
+// dirtyExpire.
+func (w *writeback) flushAged(ctx context.Context) {
+	now := w.fs.now()
+	w.mu.Lock()
+	files := make([]*inode, 0, len(w.files))
+	for n := range w.files {
+		files = append(files, n)
+	}
+	w.mu.Unlock()
+	for _, n := range files {
+		st := peek(n)
+		if st == nil {
+			continue
+		}
+		st.mu.Lock()
+		aged := len(st.dirty) > 0 && now.Sub(st.dirtySince) >= dirtyExpire
+		st.mu.Unlock()
+		if aged {
+			if err := w.flush(ctx, n, nfs3.FileSync); err != nil {
+				w.fs.logf("hushfs: write-back of aged data of node %d: %v", n.id, err)
+			}
+		}
+	}
+}
+
+// close stops the dirty-age flusher.
+func (w *writeback) close() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
 }
 
 func (w *writeback) account(delta int64) {
@@ -140,6 +198,9 @@ func (w *writeback) write(ctx context.Context, of *openFile, c *Cred, off uint64
 	}
 	if len(st.dirty) == 0 && len(st.inflight) == 0 && len(st.unstable) == 0 {
 		st.baseSize, st.baseGen, st.baseOK = base.size, base.gen, base.fresh
+	}
+	if len(st.dirty) == 0 {
+		st.dirtySince = w.fs.now()
 	}
 	st.cred = Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)}
 	before := st.dirty.bytes()
