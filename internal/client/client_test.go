@@ -669,3 +669,41 @@ func TestNoSpace(t *testing.T) {
 		t.Fatal("data that fit was lost")
 	}
 }
+
+// TestFsyncCommits: fsync (and fdatasync, the same call here) of data that
+// went out UNSTABLE sends one COMMIT; data still dirty that fits one WRITE
+// goes out FILE_SYNC instead, equally durable.
+func TestFsyncCommits(t *testing.T) {
+	ts := startServer(t)
+	fs := ts.mount(t, "")
+	ctx := ctxT(t)
+	_, fh, err := fs.Create(ctx, root, RootID, "synced", syscall.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 3<<20)
+	fs.Write(ctx, root, fh, 0, data) // streams two chunks UNSTABLE
+	if err := fs.Fsync(ctx, root, fh); err != nil {
+		t.Fatal(err)
+	}
+	c := ts.proxy.Counts()
+	if c.Commits != 1 || c.WriteStable[uint32(nfs3.Unstable)] != 3 || c.WriteStable[uint32(nfs3.FileSync)] != 0 {
+		t.Fatalf("fsync after 3 MiB: COMMIT %d, WRITE %v; want 1 COMMIT after 3 UNSTABLE", c.Commits, c.WriteStable)
+	}
+	ts.proxy.Reset()
+	fs.Write(ctx, root, fh, 0, []byte("small"))
+	if err := fs.Fsync(ctx, root, fh); err != nil {
+		t.Fatal(err)
+	}
+	c = ts.proxy.Counts()
+	if c.Commits != 0 || c.WriteStable[uint32(nfs3.FileSync)] != 1 {
+		t.Fatalf("fsync of 5 dirty bytes: COMMIT %d, WRITE %v; want one FILE_SYNC WRITE", c.Commits, c.WriteStable)
+	}
+	if err := fs.Fsync(ctx, root, fh); err != nil {
+		t.Fatal(err)
+	}
+	if c2 := ts.proxy.Counts(); c2.Calls[proxy.NFS3(nfs3.ProcWrite)]+c2.Commits != 1 { // still only the FILE_SYNC WRITE
+		t.Fatalf("fsync with nothing pending sent %v", c2.Calls)
+	}
+	fs.Release(ctx, fh)
+}
