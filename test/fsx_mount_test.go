@@ -31,14 +31,16 @@ func TestFSX(t *testing.T) {
 		seed = n
 	}
 	t.Logf("fsx seed %d (set %s to replay another)", seed, fsxSeedEnv)
-	config := func(t *testing.T) fsx.Config {
+	// other is the file as another client sees it: directly on the
+	// server's disk (for the local reference, the same local file).
+	config := func(t *testing.T, other string) fsx.Config {
 		return fsx.Config{Seed: seed, Ops: 10000, MaxLen: 3 << 20, MaxIO: 1280 << 10,
-			Deadline: time.Now().Add(2 * time.Minute), Logf: t.Logf}
+			Deadline: time.Now().Add(2 * time.Minute), Logf: t.Logf, OtherPath: other}
 	}
 
 	// The reference: the same operations on a local file.
 	local := filepath.Join(t.TempDir(), "fsx")
-	if err := fsx.Run(local, config(t)); err != nil {
+	if err := fsx.Run(local, config(t, local)); err != nil {
 		t.Fatalf("local reference run: %v", err)
 	}
 	want, err := os.ReadFile(local)
@@ -48,7 +50,7 @@ func TestFSX(t *testing.T) {
 
 	check := func(t *testing.T, mnt, export string) {
 		start := time.Now()
-		if err := fsx.Run(filepath.Join(mnt, "fsx"), config(t)); err != nil {
+		if err := fsx.Run(filepath.Join(mnt, "fsx"), config(t, filepath.Join(export, "fsx"))); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("10,000 operations in %v", time.Since(start).Round(time.Millisecond))

@@ -117,8 +117,10 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	n.mu.Lock()
 	keepCache = n.dataValid
 	if !keepCache {
-		// From now on the kernel's pages are read from this version.
+		// From now on the kernel's pages are read from this version; what
+		// we kept of earlier versions (clean data, known holes) is not.
 		n.dataValid, n.dataMtime, n.dataSize = true, n.attr.Mtime, n.attr.Size
+		n.dataGen++
 	}
 	n.mu.Unlock()
 	return fs.addOpenFile(n, flags, c).id, keepCache, nil

@@ -32,6 +32,14 @@ func (fs *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) f
 	*out = fuse.OpenOut{Fh: fh}
 	if keep {
 		out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
+	} else {
+		// The file changed since its pages were cached (another client).
+		// Without FOPEN_KEEP_CACHE the kernel drops the pages, but it keeps
+		// its cached size until its attribute timeout, and reads stop at
+		// that size: make it ask for the attributes (fresh in the core, so
+		// no RPC). Attributes only (offset < 0) touch no page locks, so this
+		// is safe while the kernel waits for this OPEN.
+		fs.invalidateAttr(in.NodeId)
 	}
 	return fuse.OK
 }

@@ -816,7 +816,7 @@ func TestMountOptions(t *testing.T) {
 	o.ReadOnly, o.NoExec, o.NoAtime, o.NoSuid, o.NoDev, o.AllowOther = true, true, true, true, false, true
 	mo := MountOptions(MountConfig{Source: "srv:/export", Options: o}, true)
 	if mo.FsName != "srv:/export" || mo.Name != "hushfs" || mo.MaxWrite != MaxWrite || !mo.AllowOther ||
-		mo.DisableXAttrs || mo.EnableLocks || !mo.EnableSymlinkCaching || !mo.ExplicitDataCacheControl ||
+		mo.DisableXAttrs || mo.EnableLocks || !mo.EnableSymlinkCaching || mo.ExplicitDataCacheControl ||
 		mo.DisableReadDirPlus || !mo.DirectMountStrict || fmt.Sprint(mo.Options) != "[default_permissions]" {
 		t.Errorf("direct mount options %+v", mo)
 	}

@@ -69,11 +69,13 @@ type MountConfig struct {
 //   - EnableLocks false: NFSv3 locking is NLM, another protocol; the kernel
 //     keeps locks local to this machine, as nfs(5)'s "nolock" does.
 //   - EnableSymlinkCaching: see the package documentation.
-//   - ExplicitDataCacheControl: the kernel keeps a file's pages until the
-//     core says otherwise — at open (no FOPEN_KEEP_CACHE when the file
-//     changed since the pages were read) or by notification when a reply
-//     shows a change we did not make. Without it the kernel would drop the
-//     pages of every file we write ourselves, since its mtime moves.
+//   - ExplicitDataCacheControl false: the kernel drops a file's pages when
+//     it sees its mtime or size change, and refreshes its cached size
+//     before reads. With explicit control it kept a stale size after
+//     another client shrank a file (found by fsx with another client's
+//     changes): reads within the old size returned zero-filled tails. The
+//     pages it drops for our own writes cost no READ: the core keeps what
+//     we wrote and read as clean data and answers from it.
 //   - READDIRPLUS always (not CAP_READDIRPLUS_AUTO) unless nordirplus: one
 //     READDIRPLUS answers both "ls" and "ls -l". The kernel's auto mode
 //     (plus only once the directory's entries are being looked up) was
@@ -108,7 +110,7 @@ func MountOptions(cfg MountConfig, direct bool) *fuse.MountOptions {
 		IgnoreSecurityLabels:     true,
 		EnableLocks:              false,
 		EnableSymlinkCaching:     true,
-		ExplicitDataCacheControl: true,
+		ExplicitDataCacheControl: false,
 		DisableReadDirPlus:       !o.RdirPlus,
 		ExtraCapabilities:        fuse.CAP_ATOMIC_O_TRUNC,
 		DisableSplice:            true,

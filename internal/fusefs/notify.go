@@ -97,3 +97,11 @@ func (fs *FS) OnUnmount() {
 		fs.notifier.close()
 	}
 }
+
+// invalidateAttr makes the kernel forget a node's cached attributes now
+// (synchronously; attributes only).
+func (fs *FS) invalidateAttr(node uint64) {
+	if fs.notifier != nil {
+		fs.notifier.srv.InodeNotify(node, -1, 0)
+	}
+}

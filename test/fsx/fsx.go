@@ -45,6 +45,12 @@ type Config struct {
 	// OnOp, when set, is called after operation i has been applied and
 	// before its result is checked, with the operation's description.
 	OnOp func(i int, desc string)
+	// OtherPath, when set, is the same file as another client sees it (on
+	// the server, directly in the export). Between a close and the next
+	// open, half the time, that client changes the file — a write at a
+	// random place or a truncate — and the model with it: the reopen must
+	// see the change (close-to-open).
+	OtherPath string
 }
 
 // logTail is how many operations a failure report lists.
@@ -281,12 +287,50 @@ func (r *run) do(kind opKind) error {
 		if err != nil {
 			return fmt.Errorf("close: %w", err)
 		}
+		if r.cfg.OtherPath != "" && r.rng.IntN(2) == 0 {
+			if err := r.otherChange(); err != nil {
+				return err
+			}
+		}
 		if r.f, err = os.OpenFile(r.path, os.O_RDWR, 0); err != nil {
 			return fmt.Errorf("reopen: %w", err)
 		}
 		r.notify("close+reopen")
 		return r.compareAll("close+reopen")
 	}
+	return nil
+}
+
+// otherChange changes the file as another client would, through
+// OtherPath, and applies the change to the model.
+func (r *run) otherChange() error {
+	// Timestamps move in clock ticks (a few ms): a change within the tick of
+	// our own last write could leave mtime and size as they were, which no
+	// NFSv3 client can detect. Let a tick pass first.
+	time.Sleep(10 * time.Millisecond)
+	f, err := os.OpenFile(r.cfg.OtherPath, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("other client: open: %w", err)
+	}
+	defer f.Close()
+	if r.rng.IntN(3) == 0 {
+		size := r.rng.Int64N(r.cfg.MaxLen + 1)
+		r.record(fmt.Sprintf("other client: truncate to %d", size))
+		if err := f.Truncate(size); err != nil {
+			return fmt.Errorf("other client: truncate: %w", err)
+		}
+		r.applyTruncate(size)
+		return nil
+	}
+	n := 1 + r.rng.Int64N(min(r.cfg.MaxIO, 4096))
+	off := r.rng.Int64N(r.cfg.MaxLen - n + 1)
+	p := make([]byte, n)
+	r.pattern(p, off)
+	r.record(fmt.Sprintf("other client: write %d at %d", n, off))
+	if _, err := f.WriteAt(p, off); err != nil {
+		return fmt.Errorf("other client: write: %w", err)
+	}
+	r.applyWrite(off, p)
 	return nil
 }
 
