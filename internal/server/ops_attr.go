@@ -22,17 +22,12 @@ func (s *Server) getattr(a *nfs3.GetattrArgs) nfs3.GetattrRes {
 }
 
 func (s *Server) setattr(id *identity, a *nfs3.SetattrArgs) (r nfs3.SetattrRes) {
-	n, err := s.resolve(a.Obj)
-	if err != nil {
-		r.Status = s.statusOf(err)
+	n, st, status := s.resolveStat(a.Obj)
+	if status != nfs3.OK {
+		r.Status = status
 		return r
 	}
 	defer s.cache.release(n)
-	var st unix.Stat_t
-	if err := s.stat(n, &st); err != nil {
-		r.Status = s.statusOf(err)
-		return r
-	}
 	r.Wcc.Before = preOp(&st)
 	switch {
 	case s.readOnly:
@@ -49,6 +44,7 @@ func (s *Server) setattr(id *identity, a *nfs3.SetattrArgs) (r nfs3.SetattrRes) 
 		return r
 	}
 	rw := -1
+	var err error
 	if a.Attr.SetSize {
 		// Opened with the server's credentials (open_by_handle_at needs
 		// them); applySattr checks the caller's right to truncate.
@@ -192,17 +188,12 @@ func (s *Server) access(id *identity, a *nfs3.AccessArgs) (r nfs3.AccessRes) {
 }
 
 func (s *Server) readlink(a *nfs3.ReadlinkArgs) (r nfs3.ReadlinkRes) {
-	n, err := s.resolve(a.Symlink)
-	if err != nil {
-		r.Status = s.statusOf(err)
+	n, st, status := s.resolveStat(a.Symlink)
+	if status != nfs3.OK {
+		r.Status = status
 		return r
 	}
 	defer s.cache.release(n)
-	var st unix.Stat_t
-	if err := s.stat(n, &st); err != nil {
-		r.Status = s.statusOf(err)
-		return r
-	}
 	r.SymlinkAttr = s.postOp(&st)
 	if n.ftype != unix.S_IFLNK {
 		r.Status = nfs3.ErrInval
@@ -225,16 +216,25 @@ func (s *Server) readlink(a *nfs3.ReadlinkArgs) (r nfs3.ReadlinkRes) {
 // answer with the object's attributes. The caller releases n when the
 // status is OK.
 func (s *Server) resolveAttr(fh nfs3.FH) (n *node, attr nfs3.PostOpAttr, status nfs3.Status) {
-	n, err := s.resolve(fh)
-	if err != nil {
-		return nil, attr, s.statusOf(err)
-	}
-	var st unix.Stat_t
-	if err := s.stat(n, &st); err != nil {
-		s.cache.release(n)
-		return nil, attr, s.statusOf(err)
+	n, st, status := s.resolveStat(fh)
+	if status != nfs3.OK {
+		return nil, attr, status
 	}
 	return n, s.postOp(&st), nfs3.OK
+}
+
+// resolveStat resolves a handle and stats it (for pre-op attributes). The
+// caller releases n when the status is OK.
+func (s *Server) resolveStat(fh nfs3.FH) (n *node, st unix.Stat_t, status nfs3.Status) {
+	n, err := s.resolve(fh)
+	if err != nil {
+		return nil, st, s.statusOf(err)
+	}
+	if err := s.stat(n, &st); err != nil {
+		s.cache.release(n)
+		return nil, st, s.statusOf(err)
+	}
+	return n, st, nfs3.OK
 }
 
 func (s *Server) fsstat(a *nfs3.FsstatArgs) (r nfs3.FsstatRes) {

@@ -111,17 +111,12 @@ func (s *Server) read(id *identity, a *nfs3.ReadArgs, reply []byte) []byte {
 }
 
 func (s *Server) write(id *identity, a *nfs3.WriteArgs) (r nfs3.WriteRes) {
-	n, err := s.resolve(a.File)
-	if err != nil {
-		r.Status = s.statusOf(err)
+	n, st, status := s.resolveStat(a.File)
+	if status != nfs3.OK {
+		r.Status = status
 		return r
 	}
 	defer s.cache.release(n)
-	var st unix.Stat_t
-	if err := s.stat(n, &st); err != nil {
-		r.Status = s.statusOf(err)
-		return r
-	}
 	r.Wcc.Before = preOp(&st)
 	switch {
 	case s.readOnly:
@@ -194,17 +189,12 @@ func (s *Server) write(id *identity, a *nfs3.WriteArgs) (r nfs3.WriteRes) {
 }
 
 func (s *Server) commit(a *nfs3.CommitArgs) (r nfs3.CommitRes) {
-	n, err := s.resolve(a.File)
-	if err != nil {
-		r.Status = s.statusOf(err)
+	n, st, status := s.resolveStat(a.File)
+	if status != nfs3.OK {
+		r.Status = status
 		return r
 	}
 	defer s.cache.release(n)
-	var st unix.Stat_t
-	if err := s.stat(n, &st); err != nil {
-		r.Status = s.statusOf(err)
-		return r
-	}
 	r.Wcc.Before = preOp(&st)
 	switch {
 	case n.isDir():
