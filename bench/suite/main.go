@@ -42,6 +42,7 @@ type config struct {
 	out       string        // results directory
 	latest    string        // also copy the results here ("" for none)
 	maxPhase  time.Duration // cap on every phase's limit (0: the defaults)
+	mountOpts string        // extra mount options
 	commit    string        // label of the code measured
 	sizes     sizes
 }
@@ -52,11 +53,12 @@ type sizes struct {
 	treeDirs  int // directories in tree/
 	treeFiles int // files per directory
 	ddMiB     int // MiB written by dd
+	seqMiB    int // MiB of the file read sequentially
 	noopRuns  int // times the no-op build is repeated (determinism check)
 }
 
-var fullSizes = sizes{lsFiles: 100_000, treeDirs: 200, treeFiles: 50, ddMiB: 64, noopRuns: 1}
-var quickSizes = sizes{lsFiles: 2_000, treeDirs: 20, treeFiles: 50, ddMiB: 8, noopRuns: 3}
+var fullSizes = sizes{lsFiles: 100_000, treeDirs: 200, treeFiles: 50, ddMiB: 64, seqMiB: 1024, noopRuns: 1}
+var quickSizes = sizes{lsFiles: 2_000, treeDirs: 20, treeFiles: 50, ddMiB: 8, seqMiB: 32, noopRuns: 3}
 
 var allWorkloads = []string{"lua", "ls", "rmrf", "write"}
 var allServers = []string{"ganesha", "hushfs"}
@@ -78,6 +80,7 @@ func run() int {
 	flag.StringVar(&c.out, "out", "", "results directory (default bench/results/DATE, bench/results/tmp/quick with --quick)")
 	flag.StringVar(&c.latest, "latest", "", "directory that also receives the results (default bench/results/latest for a full run of everything)")
 	flag.StringVar(&c.commit, "commit", "", "what code is measured, for the report (default: git describe --always --dirty)")
+	flag.StringVar(&c.mountOpts, "mount-opts", "", "extra hushfs mount options (e.g. nocto,actimeo=600), recorded in the report")
 	flag.DurationVar(&c.maxPhase, "max-phase", 0, "cap every phase's time limit at this (0: the per-phase defaults)")
 	flag.Usage = func() {
 		fmt.Fprintln(flag.CommandLine.Output(), "usage: suite [flags] [lua|ls|rmrf|write ...]")

@@ -250,6 +250,34 @@ func table(r *Report) string {
 	return b.String()
 }
 
+// throughputTable lists the phases that move data: MB/s and the mount
+// daemon's peak memory.
+func throughputTable(r *Report) string {
+	var b strings.Builder
+	b.WriteString("| phase | server | RTT | data | wall | MB/s | Linux wall | mount peak RSS | RPCs |\n")
+	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|---|\n")
+	for _, p := range ordered(r.Phases) {
+		if p.Bytes == 0 {
+			continue
+		}
+		lw := ""
+		if p.Server == "ganesha" {
+			lw = r.Linux.wall(p.ID, p.RTTms)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s MiB | %s | %.0f | %s | %s | %s |\n", esc(p.Label), serverTitle[p.Server],
+			rttCell(p.RTTms), commas(uint64(p.Bytes>>20)), dur(p.WallS), p.MBps, lw, mib(p.MountPeakRSSKiB), esc(topProcs(p, 3)))
+	}
+	return b.String()
+}
+
+// mib renders KiB as MiB.
+func mib(kib uint64) string {
+	if kib == 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.0f MiB", float64(kib)/1024)
+}
+
 // summary is the short table: one row per phase and RTT, the servers side
 // by side, beside the Linux client.
 func summary(r *Report) string {
@@ -363,6 +391,9 @@ func markdown(r *Report) string {
 	fmt.Fprintf(&b, "Servers: %s. Proxy RTT: %s. Sizes: bigdir %s entries; tree %d dirs × %d files; dd %d MiB.\n\n",
 		strings.Join(r.Servers, ", "), strings.Join(r.RTTs, ", "), commas(uint64(r.Sizes.LsFiles)),
 		r.Sizes.TreeDirs, r.Sizes.TreeFiles, r.Sizes.DdMiB)
+	if r.MountOpts != "" {
+		fmt.Fprintf(&b, "Extra mount options: `%s`.\n\n", r.MountOpts)
+	}
 	b.WriteString("Each workload ran against a fresh server with `hushfs proxy --rtt R` in front of it and hushfs mounted through the proxy. ")
 	b.WriteString("RPCs are NFS calls during the phase as `hushfs stats` counts them; the proxy counted them independently (*proxy = stats*). ")
 	b.WriteString("Wall, user and sys are the workload process's (with its children), not the mount daemon's; ")
@@ -377,6 +408,12 @@ func markdown(r *Report) string {
 	b.WriteString(summary(r))
 	b.WriteString("\n## Every phase\n\n")
 	b.WriteString(table(r))
+	if slices.ContainsFunc(r.Phases, func(p *Phase) bool { return p.Bytes > 0 }) {
+		b.WriteString("\n## Data throughput\n\n")
+		b.WriteString("Each phase on a fresh mount (empty client caches; the server's page cache holds the file). ")
+		b.WriteString("MB/s is 10^6 bytes per second of the workload's wall time; peak RSS is the mount daemon's VmHWM.\n\n")
+		b.WriteString(throughputTable(r))
+	}
 	if len(r.Local) > 0 {
 		b.WriteString("\n## The lua build on local disk\n\n")
 		b.WriteString(localTable(r))

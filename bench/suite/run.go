@@ -218,7 +218,7 @@ func (r *wrun) mount() *harness.Mount {
 	}
 	return harness.StartMount(r.t, harness.MountSpec{
 		Bin: r.s.cfg.bin, Server: "127.0.0.1", Export: r.exportPath, Dir: dir,
-		Options: fmt.Sprintf("port=%s,mountport=%d", r.proxyPort, r.mountPort),
+		Options: strings.TrimSuffix(fmt.Sprintf("port=%s,mountport=%d,%s", r.proxyPort, r.mountPort, r.s.cfg.mountOpts), ","),
 		NS:      r.ns,
 	})
 }
@@ -272,6 +272,7 @@ type step struct {
 	dir    string
 	limit  time.Duration
 	churn  string // a directory (on the export) to churn during the phase
+	bytes  int64  // data the phase moves, for its MB/s (0: not a throughput phase)
 	check  func(x *execResult) (string, bool)
 }
 
@@ -352,6 +353,11 @@ func (r *wrun) phase(m *harness.Mount, st step) (*Phase, bool) {
 		}
 	}
 	p.WallS, p.UserS, p.SysS = x.wall.Seconds(), x.user.Seconds(), x.sys.Seconds()
+	p.MountPeakRSSKiB = peakRSS(m.Pid())
+	if st.bytes > 0 && !x.timedOut && !x.stopped && x.wall > 0 {
+		p.Bytes = st.bytes
+		p.MBps = float64(st.bytes) / 1e6 / x.wall.Seconds()
+	}
 	switch {
 	case x.stopped:
 		p.Status = "not run"
@@ -387,11 +393,32 @@ func (r *wrun) phase(m *harness.Mount, st step) (*Phase, bool) {
 	return p, true
 }
 
+// peakRSS is a process's peak resident set in KiB (VmHWM), 0 if unknown.
+func peakRSS(pid int) uint64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
 // phaseLine is the progress line printed once a phase ends.
 func phaseLine(p *Phase) string {
 	agree := "proxy = stats"
 	if !p.Agree {
 		agree = "PROXY ≠ STATS: " + p.AgreeDetail
+	}
+	if p.MBps > 0 {
+		agree = fmt.Sprintf("%.0f MB/s, mount peak RSS %s  %s", p.MBps, mib(p.MountPeakRSSKiB), agree)
 	}
 	res := p.Check
 	if p.Status == "ok" && !p.CheckOK {

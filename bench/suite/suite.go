@@ -22,10 +22,12 @@ type Report struct {
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished"`
 	Mode     string    `json:"mode"` // "full" or "quick"
-	Host     HostInfo  `json:"host"`
-	Sizes    Sizes     `json:"sizes"`
-	Servers  []string  `json:"servers"`
-	RTTs     []string  `json:"rtts"`
+	// MountOpts are the extra mount options every mount had.
+	MountOpts string   `json:"mount_opts,omitempty"`
+	Host      HostInfo `json:"host"`
+	Sizes     Sizes    `json:"sizes"`
+	Servers   []string `json:"servers"`
+	RTTs      []string `json:"rtts"`
 	// Local is the lua build on local disk, the figure users compare with.
 	Local  []*Phase `json:"local,omitempty"`
 	Phases []*Phase `json:"phases"`
@@ -90,9 +92,16 @@ type Phase struct {
 	// Agree says whether both counters saw the same calls per procedure.
 	Agree       bool   `json:"counts_agree"`
 	AgreeDetail string `json:"counts_detail,omitempty"`
-	CheckOK     bool   `json:"check_ok"`
-	Check       string `json:"check"`
-	Note        string `json:"note,omitempty"`
+	// Bytes is the data a throughput phase moved (0 for the others);
+	// MBps is Bytes over the wall time, in 10^6 bytes per second.
+	Bytes int64   `json:"bytes,omitempty"`
+	MBps  float64 `json:"mb_per_s,omitempty"`
+	// MountPeakRSSKiB is the mount daemon's peak resident set (VmHWM)
+	// at the end of the phase, over the daemon's life so far.
+	MountPeakRSSKiB uint64 `json:"mount_peak_rss_kib,omitempty"`
+	CheckOK         bool   `json:"check_ok"`
+	Check           string `json:"check"`
+	Note            string `json:"note,omitempty"`
 }
 
 // Total is the number of NFS calls the phase made: the client's own count,
@@ -148,6 +157,7 @@ func newSuite(ctx context.Context, c config) (*suite, error) {
 	}
 	s := &suite{ctx: ctx, cfg: c}
 	s.report.Mode = map[bool]string{true: "quick", false: "full"}[c.quick]
+	s.report.MountOpts = c.mountOpts
 	s.report.Servers = c.servers
 	for _, d := range c.rtts {
 		s.report.RTTs = append(s.report.RTTs, rttName(d))

@@ -30,7 +30,7 @@ var workloads = map[string]workload{
 	"lua":   {luaPhases, luaSetup, luaRun},
 	"ls":    {lsPhases, lsSetup, lsRun},
 	"rmrf":  {rmrfPhases, rmrfSetup, rmrfRun},
-	"write": {writePhases, func(*wrun) error { return nil }, writeRun},
+	"write": {writePhases, writeSetup, writeRun},
 }
 
 // limit is a phase's time limit: the full-mode default, or at most two
@@ -484,41 +484,104 @@ func rmrfRun(r *wrun) {
 	}
 }
 
-// ---- W-write: a large sequential write, then small scattered ones.
+// ---- W-write: a large sequential write, reads of it and of a bigger file
+// (each on a fresh mount, so nothing is cached on the client), then small
+// scattered writes.
 
 var (
-	ddPhase    = phaseName{"dd", "dd"}
-	fixupPhase = phaseName{"fixup", "fixup"}
+	ddPhase      = phaseName{"dd", "dd"}
+	ddReadPhase  = phaseName{"dd-read", "dd read"}
+	seqReadPhase = phaseName{"seq-read", "sequential read"}
+	fixupPhase   = phaseName{"fixup", "fixup"}
 )
 
-func writePhases(sizes) []phaseName { return []phaseName{ddPhase, fixupPhase} }
+const seqFile = "seq.bin"
+
+func writePhases(sizes) []phaseName {
+	return []phaseName{ddPhase, ddReadPhase, seqReadPhase, fixupPhase}
+}
+
+// writeSetup writes the file the sequential read reads, directly in the
+// export (real blocks, not a hole: the server reads what it would read).
+func writeSetup(r *wrun) error {
+	f, err := os.Create(filepath.Join(r.export, seqFile))
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i*131 + 7)
+	}
+	for range r.s.cfg.sizes.seqMiB {
+		if _, err := f.Write(buf); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+// readStep reads a file with dd into /dev/null: the phase's MB/s is the
+// client's read path (the server has the file in its page cache).
+func readStep(r *wrun, pn phaseName, dir, name string, size int64, limit time.Duration) step {
+	return step{phaseName: pn, script: fmt.Sprintf("dd if=%s of=/dev/null bs=1M", name), dir: dir,
+		limit: r.limit(limit), bytes: size,
+		check: func(x *execResult) (string, bool) {
+			if msg, ok := exitProblem(x); !ok {
+				return msg, false
+			}
+			want := fmt.Sprintf("%d bytes", size)
+			if !strings.Contains(x.stderr, want) {
+				return fmt.Sprintf("dd did not report %s: %q", want, x.stderr), false
+			}
+			return fmt.Sprintf("%s MiB read", commas(uint64(size>>20))), true
+		}}
+}
 
 func writeRun(r *wrun) {
 	mib := r.s.cfg.sizes.ddMiB
+	// Each phase runs on a fresh mount, so it starts with empty client
+	// caches and the daemon's peak RSS is the phase's own.
 	m := r.mount()
 	dd := step{phaseName: ddPhase, script: fmt.Sprintf("dd if=/dev/zero of=w64 bs=1M count=%d", mib), dir: m.Dir,
-		limit: r.limit(5 * time.Minute),
+		limit: r.limit(5 * time.Minute), bytes: int64(mib) << 20,
 		check: func(x *execResult) (string, bool) {
 			if msg, ok := exitProblem(x); !ok {
 				return msg, false
 			}
 			return checkSum(filepath.Join(r.export, "w64"), zeroSum(mib<<20))
 		}}
-	if _, ok := r.phase(m, dd); !ok {
-		if r.s.ctx.Err() != nil {
-			return
-		}
-		m = r.mount() // fixup does not depend on dd: go on with a fresh mount
-		r.stopped = ""
+	steps := []func(m *harness.Mount) step{
+		func(m *harness.Mount) step { return dd },
+		func(m *harness.Mount) step {
+			return readStep(r, ddReadPhase, m.Dir, "w64", int64(mib)<<20, 5*time.Minute)
+		},
+		func(m *harness.Mount) step {
+			return readStep(r, seqReadPhase, m.Dir, seqFile, int64(r.s.cfg.sizes.seqMiB)<<20, 10*time.Minute)
+		},
+		func(m *harness.Mount) step {
+			return step{phaseName: fixupPhase, script: r.s.fixup + " fixup.bin", dir: m.Dir, limit: r.limit(2 * time.Minute),
+				check: func(x *execResult) (string, bool) {
+					if msg, ok := exitProblem(x); !ok {
+						return msg, false
+					}
+					return checkSum(filepath.Join(r.export, "fixup.bin"), fixupSum())
+				}}
+		},
 	}
-	fix := step{phaseName: fixupPhase, script: r.s.fixup + " fixup.bin", dir: m.Dir, limit: r.limit(2 * time.Minute),
-		check: func(x *execResult) (string, bool) {
-			if msg, ok := exitProblem(x); !ok {
-				return msg, false
+	for i, mk := range steps {
+		if i > 0 {
+			m = r.mount()
+		}
+		if _, ok := r.phase(m, mk(m)); !ok {
+			// A phase that failed or timed out abandoned its mount; the next
+			// one needs nothing from it but (for dd read) the file.
+			if r.s.ctx.Err() != nil {
+				return
 			}
-			return checkSum(filepath.Join(r.export, "fixup.bin"), fixupSum())
-		}}
-	if _, ok := r.phase(m, fix); ok {
+			r.stopped = ""
+			continue
+		}
 		r.unmount(m, false)
 	}
 }

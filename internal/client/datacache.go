@@ -1,6 +1,9 @@
 package client
 
-import "sort"
+import (
+	"slices"
+	"sort"
+)
 
 // Data we wrote and the server acknowledged stays with the file as clean
 // data, so reading it back (a linker reading the objects the assembler just
@@ -12,6 +15,10 @@ import "sort"
 // or past it that we did not write are holes, so a gap between two dirty
 // extents there can be sent as zeros, and a file written with seeks (an
 // object file with fixups) still goes out as one WRITE.
+
+// keepReadMaxFile is the largest file whose READ data is kept as clean
+// data (data we write is kept whatever the size, within cleanLimit).
+const keepReadMaxFile = 8 << 20
 
 // maxGapFill bounds the gap between dirty extents filled to merge them.
 const maxGapFill = 128 << 10
@@ -31,8 +38,10 @@ func (fs *FS) dataSnapshot(n *inode) dataSnap {
 	return dataSnap{gen: n.dataGen, size: n.attr.Size, valid: n.dataValid, fresh: fresh && n.dataValid}
 }
 
-// addCleanLocked records acknowledged data. It reports whether the mount
-// now keeps more clean data than it should.
+// addCleanLocked records data known to be on the server. The clean list
+// takes e.data itself (acknowledged WRITE data is shared with the unstable
+// list, which keeps it for a resend, so it costs no second copy): e.data
+// must never be written to afterwards.
 //
 // LOCKS_REQUIRED(st.mu)
 func (w *writeback) addCleanLocked(st *fileState, gen uint64, e extent) {
@@ -41,7 +50,7 @@ func (w *writeback) addCleanLocked(st *fileState, gen uint64, e extent) {
 		st.cleanGen = gen
 	}
 	before := st.clean.bytes()
-	st.clean = st.clean.insert(e.off, e.data)
+	st.clean = st.clean.insertShared(e.off, e.data)
 	w.mu.Lock()
 	w.cleanBytes += st.clean.bytes() - before
 	w.mu.Unlock()
@@ -223,7 +232,7 @@ func (w *writeback) keepRead(n *inode, genBefore, genAfter uint64, off uint64, d
 	st.mu.Lock()
 	gaps := uncovered(off, off+uint64(len(data)), st.dirty, st.inflight)
 	if len(gaps) == 1 && gaps[0] == (interval{off, off + uint64(len(data))}) {
-		w.addCleanLocked(st, genAfter, extent{off: off, data: data})
+		w.addCleanLocked(st, genAfter, extent{off: off, data: slices.Clone(data)})
 	}
 	st.mu.Unlock()
 	w.evictClean(st)

@@ -1,6 +1,9 @@
 package client
 
-import "sort"
+import (
+	"slices"
+	"sort"
+)
 
 // extent is a run of file data at an offset.
 type extent struct {
@@ -10,7 +13,8 @@ type extent struct {
 
 func (e *extent) end() uint64 { return e.off + uint64(len(e.data)) }
 
-// extents is a sorted list of non-overlapping, non-adjacent extents.
+// extents is a sorted list of non-overlapping extents; insert also keeps
+// them non-adjacent, insertShared does not.
 type extents []extent
 
 // insert copies p at off into the list, merging it with every extent it
@@ -37,6 +41,31 @@ func (l extents) insert(off uint64, p []byte) extents {
 		copy(l[i+1:], l[i:])
 		l[i] = extent{off: off, data: append([]byte(nil), p...)}
 		return l
+	}
+	lo, hi := min(off, l[i].off), max(end, l[j-1].end())
+	buf := make([]byte, hi-lo)
+	for k := i; k < j; k++ {
+		copy(buf[l[k].off-lo:], l[k].data)
+	}
+	copy(buf[off-lo:], p)
+	l[i] = extent{off: lo, data: buf}
+	return append(l[:i+1], l[j:]...)
+}
+
+// insertShared adds p at off to a list whose buffers are shared (clean data
+// keeps the very buffers the unstable data holds for a resend) and takes p
+// itself, not a copy: it never writes into a buffer already in the list or
+// in p. Where p overlaps extents, they and p are replaced by one new
+// buffer, p's bytes winning; extents that only touch are left apart.
+func (l extents) insertShared(off uint64, p []byte) extents {
+	end := off + uint64(len(p))
+	i := sort.Search(len(l), func(i int) bool { return l[i].end() > off })
+	j := i
+	for j < len(l) && l[j].off < end {
+		j++
+	}
+	if i == j {
+		return slices.Insert(l, i, extent{off: off, data: p[:len(p):len(p)]})
 	}
 	lo, hi := min(off, l[i].off), max(end, l[j-1].end())
 	buf := make([]byte, hi-lo)

@@ -67,3 +67,53 @@ func TestExtentsAgainstModel(t *testing.T) {
 		}
 	}
 }
+
+// TestInsertSharedNeverWritesBuffers checks insertShared against a model,
+// and that no buffer handed to it (which may be shared with unstable data
+// kept for a resend) is ever changed afterwards.
+func TestInsertSharedNeverWritesBuffers(t *testing.T) {
+	r := rand.New(rand.NewSource(2))
+	const size = 4096
+	for round := 0; round < 200; round++ {
+		var l extents
+		model := make([]byte, size)
+		written := make([]bool, size)
+		type given struct{ buf, orig []byte }
+		var gave []given
+		for k := 0; k < 30; k++ {
+			off := r.Intn(size - 1)
+			n := 1 + r.Intn(min(300, size-off))
+			// A sub-slice with spare capacity, as chunks of a larger
+			// buffer are: appending to it would overwrite its neighbour.
+			big := make([]byte, n+64)
+			r.Read(big)
+			p := big[:n]
+			gave = append(gave, given{big, bytes.Clone(big)})
+			l = l.insertShared(uint64(off), p)
+			copy(model[off:], p)
+			for i := off; i < off+n; i++ {
+				written[i] = true
+			}
+		}
+		for i := 1; i < len(l); i++ {
+			if l[i-1].end() > l[i].off {
+				t.Fatalf("round %d: extents %d and %d overlap", round, i-1, i)
+			}
+		}
+		for i, g := range gave {
+			if !bytes.Equal(g.buf, g.orig) {
+				t.Fatalf("round %d: buffer %d was written to", round, i)
+			}
+		}
+		got := make([]byte, size)
+		l.overlay(0, got)
+		for i := range model {
+			if !written[i] {
+				model[i] = 0
+			}
+		}
+		if !bytes.Equal(got, model) {
+			t.Fatalf("round %d: overlay differs from model", round)
+		}
+	}
+}

@@ -171,7 +171,8 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 		eof bool
 		err error
 	}
-	genBefore := fs.dataSnapshot(n).gen
+	snap := fs.dataSnapshot(n)
+	genBefore := snap.gen
 	rsize := int(fs.rsize)
 	pieces := make([]piece, (len(dst)+rsize-1)/rsize)
 	var wg sync.WaitGroup
@@ -198,7 +199,13 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 	}
 	// What the server sent is kept as clean data, if the file did not
 	// change meanwhile: a page the kernel drops is then read from here.
-	fs.wb.keepRead(n, genBefore, gen, off, dst[:valid])
+	// Only for small files: a big file read through is the kernel page
+	// cache's to hold, and a copy here would double the memory it takes
+	// and push out the small files whose pages the kernel drops after our
+	// own writes (objects a linker reads back).
+	if snap.size <= keepReadMaxFile {
+		fs.wb.keepRead(n, genBefore, gen, off, dst[:valid])
+	}
 	// Bytes between the server's EOF and our dirty data are a hole.
 	clear(dst[valid:])
 	valid = max(valid, pending.overlay(off, dst))

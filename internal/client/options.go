@@ -49,6 +49,11 @@ type Options struct {
 	CTO         bool
 	RdirPlus    bool
 	Sync        bool // every write is FILE_SYNC, as the sync mount option asks
+	// KernelWriteback lets the kernel buffer writes in its page cache
+	// (FUSE writeback_cache) instead of passing each write(2) through to
+	// the core at once. Measured against the default and not chosen: see
+	// DEVELOPERS.md. For comparison only.
+	KernelWriteback bool
 
 	// FUSE and generic mount(8) options that are passed to the kernel mount.
 	AllowOther bool
@@ -272,6 +277,8 @@ func (o *Options) apply(opt string) error {
 		return flag(&o.NoAtime, true)
 	case "atime", "relatime", "norelatime", "strictatime", "lazytime", "nolazytime":
 		return flag(&o.NoAtime, false)
+	case "fuse_writeback_cache":
+		return flag(&o.KernelWriteback, true)
 	case "sync":
 		return flag(&o.Sync, true)
 	case "async":

@@ -23,7 +23,8 @@
 //     when attributes it is handed show another size or mtime
 //     (CAP_AUTO_INVAL_DATA, go-fuse's default).
 //
-// Writes are not cached by the kernel (no CAP_WRITEBACK_CACHE): each
+// Writes are not cached by the kernel (no CAP_WRITEBACK_CACHE unless the
+// fuse_writeback_cache option asks, for comparison; see DEVELOPERS.md): each
 // write(2) reaches the core, which holds the data and writes it back
 // (UNSTABLE WRITEs, COMMIT at close), so size, mtime and close-to-open stay
 // decided in one place. Symbolic links are cached by the kernel
@@ -33,8 +34,11 @@
 //
 // # Permissions and credentials
 //
-// The server enforces permissions: the mount does not use
-// default_permissions. Each request carries the caller's uid, gid and
+// The server enforces permissions on every call, and the kernel also checks
+// mode bits from our attributes (default_permissions): without it the
+// kernel never asks about search permission on a path it has cached, so a
+// name one user looked up would be reachable by another through a directory
+// it may not search. Each request carries the caller's uid, gid and
 // supplementary groups (read from /proc/PID/status, which FUSE does not
 // pass; cached for a second), and the core sends them as AUTH_SYS.
 //

@@ -117,6 +117,9 @@ func MountOptions(cfg MountConfig, direct bool) *fuse.MountOptions {
 		Debug:                    cfg.Debug,
 		Logger:                   log.New(logWriter(logf), "", 0),
 	}
+	if o.KernelWriteback {
+		mo.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
+	}
 	if direct {
 		mo.DirectMountStrict = true
 		mo.DirectMountFlags = mountFlags(&o)
