@@ -1,7 +1,11 @@
-// Command serverbench measures NFS server throughput over one TCP
-// connection: GETATTR, LOOKUP and 4 KiB READ operations per second with 1
-// and 16 calls in flight, and MB/s of 1 MiB READ and WRITE, against
-// `hushfs serve` and nfs-ganesha side by side. It prints a markdown table
+// Command serverbench measures NFS server throughput against `hushfs serve`
+// and nfs-ganesha side by side, with the same client and load, one after
+// the other in one run: metadata (CREATE + GETATTR + REMOVE) from 1 and 16
+// clients, each with its own connection; over one connection, GETATTR,
+// LOOKUP and 4 KiB READ (cached and random) operations per second with 1
+// and 16 calls in flight and MB/s of 1 MiB READ and WRITE; and whole-file
+// sequential read and write of 1 GiB (UNSTABLE + COMMIT) with the file's
+// pages dropped from the server's cache first. It prints a markdown table
 // with the ratio hushfs/ganesha and writes it to -out.
 //
 // It needs root (ganesha runs in a private network namespace) and the
@@ -38,6 +42,7 @@ type target struct {
 type cell struct {
 	op    string
 	conc  int
+	who   string // "in flight" or "clients"
 	unit  string // "ops/s" or "MB/s"
 	value map[string]float64
 }
@@ -45,7 +50,7 @@ type cell struct {
 func main() {
 	duration := flag.Duration("duration", 3*time.Second, "time per measurement")
 	concs := flag.String("conc", "1,16", "calls in flight over the one connection")
-	servers := flag.String("servers", "hushfs,ganesha", "servers to measure")
+	servers := flag.String("servers", "hushfs,hushfs-async,ganesha", "servers to measure: hushfs, hushfs-async (serve --async), ganesha")
 	out := flag.String("out", "bench/results/server-ops.md", "markdown file to write ('' for none)")
 	flag.Parse()
 	var conc []int
@@ -61,13 +66,20 @@ func main() {
 	ok := harness.Run(func(t *harness.Program) {
 		var targets []*target
 		for _, s := range strings.Split(*servers, ",") {
-			switch strings.TrimSpace(s) {
-			case "hushfs":
+			s = strings.TrimSpace(s)
+			switch s {
+			case "hushfs", "hushfs-async":
 				dir := t.TempDir()
 				populate(t, dir)
-				sv := harness.StartServe(t, dir)
+				name, args := "hushfs serve", []string(nil)
+				if s == "hushfs-async" {
+					// Replies to metadata changes before they are on disk,
+					// as ganesha does: the comparison at equal durability.
+					name, args = "hushfs serve --async", []string{"--async"}
+				}
+				sv := harness.StartServe(t, dir, args...)
 				var d net.Dialer
-				targets = append(targets, &target{name: "hushfs serve", export: sv.ExportPath, dir: dir,
+				targets = append(targets, &target{name: name, export: sv.ExportPath, dir: dir,
 					dial:  func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", sv.NFSAddr) },
 					mount: func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", sv.MountAddr) }})
 			case "ganesha":
@@ -115,6 +127,21 @@ func populate(t *harness.Program, dir string) {
 	if err := os.WriteFile(filepath.Join(dir, "w"), nil, 0o666); err != nil {
 		t.Fatalf("populate: %v", err)
 	}
+	if err := os.Mkdir(filepath.Join(dir, "meta"), 0o777); err != nil {
+		t.Fatalf("populate: %v", err)
+	}
+	f, err = os.Create(filepath.Join(dir, "seq"))
+	if err != nil {
+		t.Fatalf("populate: %v", err)
+	}
+	for off := 0; off < seqSize; off += len(buf) {
+		if _, err := f.Write(buf); err != nil {
+			t.Fatalf("populate: %v", err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("populate: %v", err)
+	}
 }
 
 // session is one connection to a server with the handles the workloads use.
@@ -122,7 +149,7 @@ type session struct {
 	c                *rpc.Client
 	cred             rpc.OpaqueAuth
 	root, small, big nfs3.FH
-	w                nfs3.FH
+	w, seq, meta     nfs3.FH
 }
 
 func connect(t *harness.Program, tg *target) *session {
@@ -157,7 +184,7 @@ func connect(t *harness.Program, tg *target) *session {
 		}
 		return append(nfs3.FH(nil), res.Obj...)
 	}
-	s.small, s.big, s.w = look("small"), look("big"), look("w")
+	s.small, s.big, s.w, s.seq, s.meta = look("small"), look("big"), look("w"), look("seq"), look("meta")
 	return s
 }
 
@@ -267,9 +294,34 @@ func run(t *harness.Program, targets []*target, conc []int, d time.Duration) str
 		sessions[i] = connect(t, tg)
 	}
 	var cells []cell
+	each := func(op, unit, who string, n int, f func(i int, tg *target) float64) {
+		cl := cell{op: op, conc: n, who: who, unit: unit, value: map[string]float64{}}
+		for i, tg := range targets {
+			v := f(i, tg)
+			cl.value[tg.name] = v
+			fmt.Fprintf(os.Stderr, "serverbench: %-24s %2d %-9s  %-12s %10.0f %s\n", op, n, who, tg.name, v, unit)
+		}
+		cells = append(cells, cl)
+	}
+	for _, c := range conc {
+		each("create+stat+remove", "ops/s", "clients", c, func(_ int, tg *target) float64 {
+			return metaOps(t, tg, func(s *session) nfs3.FH { return s.meta }, c, d)
+		})
+	}
+	for _, c := range conc {
+		each("READ 4 KiB random", "ops/s", "in flight", c, func(i int, tg *target) float64 {
+			return randomRead4K(t, tg, sessions[i], c, d)
+		})
+	}
+	each("sequential read 1 GiB", "MB/s", "in flight", seqInFlight, func(i int, tg *target) float64 {
+		return seqRead(t, tg, sessions[i])
+	})
+	each("sequential write 1 GiB", "MB/s", "in flight", seqInFlight, func(i int, tg *target) float64 {
+		return seqWrite(t, tg, sessions[i], "seqw")
+	})
 	for _, w := range workloads() {
 		for _, c := range conc {
-			cl := cell{op: w.name, conc: c, unit: w.unit, value: map[string]float64{}}
+			cl := cell{op: w.name, conc: c, who: "in flight", unit: w.unit, value: map[string]float64{}}
 			for i, tg := range targets {
 				v := measure(t, sessions[i], w, c, d)
 				cl.value[tg.name] = v
@@ -278,27 +330,40 @@ func run(t *harness.Program, targets []*target, conc []int, d time.Duration) str
 			cells = append(cells, cl)
 		}
 	}
+	// Ratios are against ganesha, when it was measured.
+	ref := ""
+	for _, tg := range targets {
+		if strings.HasPrefix(tg.name, "ganesha") {
+			ref = tg.name
+		}
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| operation | in flight | unit |")
+	fmt.Fprintf(&b, "| operation | concurrency | unit |")
 	for _, tg := range targets {
 		fmt.Fprintf(&b, " %s |", tg.name)
 	}
-	if len(targets) == 2 {
-		fmt.Fprintf(&b, " ratio |")
+	nratio := 0
+	for _, tg := range targets {
+		if ref != "" && tg.name != ref {
+			fmt.Fprintf(&b, " %s / ganesha |", strings.TrimPrefix(tg.name, "hushfs "))
+			nratio++
+		}
 	}
-	fmt.Fprintf(&b, "\n|---|---|---|%s\n", strings.Repeat("---|", len(targets)+min(1, len(targets)-1)))
+	fmt.Fprintf(&b, "\n|---|---|---|%s\n", strings.Repeat("--:|", len(targets)+nratio))
 	for _, cl := range cells {
-		fmt.Fprintf(&b, "| %s | %d | %s |", cl.op, cl.conc, cl.unit)
+		fmt.Fprintf(&b, "| %s | %d %s | %s |", cl.op, cl.conc, cl.who, cl.unit)
 		for _, tg := range targets {
 			fmt.Fprintf(&b, " %.0f |", cl.value[tg.name])
 		}
-		if len(targets) == 2 {
-			a, z := cl.value[targets[0].name], cl.value[targets[1].name]
-			fmt.Fprintf(&b, " %.2f |", a/z)
+		for _, tg := range targets {
+			if ref != "" && tg.name != ref {
+				fmt.Fprintf(&b, " %.2f |", cl.value[tg.name]/cl.value[ref])
+			}
 		}
 		b.WriteString("\n")
 	}
-	fmt.Fprintf(&b, "\n%s per cell, one TCP connection per server, 127.0.0.1, measured %s.\n",
+	fmt.Fprintf(&b, "\n%s per timed cell (the 1 GiB transfers run to their end, the file's pages dropped from the server's cache before the read); "+
+		"one TCP connection per server, or one per client for create+stat+remove; 127.0.0.1; measured %s.\n",
 		d, time.Now().UTC().Format("2006-01-02"))
 	return b.String()
 }
