@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -71,12 +72,50 @@ func AuthErr(s AuthStat) error {
 
 // ServerOptions configures a Server. Zero values select the defaults.
 type ServerOptions struct {
-	MaxRecord          int                              // largest call record accepted; default DefaultMaxRecord
-	Workers            int                              // handler goroutines shared by all connections, default 64
-	MaxInFlightPerConn int                              // the reader stops reading a connection at this many unanswered calls (back-pressure), default 32
-	MaxConns           int                              // 0 = default 1024; extra connections are closed at accept
-	IdleTimeout        time.Duration                    // close a connection idle this long, 0 = never; also bounds a blocked reply write
-	Logf               func(format string, args ...any) // nil = discard
+	MaxRecord          int // largest call record accepted; default DefaultMaxRecord
+	Workers            int // handler goroutines shared by all connections, default 64
+	MaxInFlightPerConn int // the reader stops reading a connection at this many unanswered calls (back-pressure), default 32
+	// MaxConns bounds open connections, default 1024. A connection arriving
+	// at the limit takes the place of the one idle longest (no call in
+	// flight), as clients reconnect when they need to; if every connection
+	// has calls in flight, the newcomer is closed.
+	MaxConns int
+	// IdleTimeout closes a connection with no call in flight for this long,
+	// and bounds a reply write blocked by a client that does not read;
+	// default DefaultIdleTimeout, negative = never.
+	IdleTimeout time.Duration
+	// DRC configures the duplicate request cache, used for the procedures
+	// a NonIdempotentHandler declares.
+	DRC DRCOptions
+	// Observe, if set, is called once for every call run by a handler
+	// (not for retransmissions answered from the cache or calls the RPC
+	// layer rejects), with the time from the call's last byte read to its
+	// reply queued for sending: waiting for a worker included. It runs on
+	// the worker and must be fast and safe for concurrent use.
+	Observe func(prog, vers, proc uint32, d time.Duration)
+	Logf    func(format string, args ...any) // nil = discard
+}
+
+// DefaultIdleTimeout is how long a connection may sit idle: long enough
+// for clients that keep a connection between bursts, short enough that
+// abandoned ones do not accumulate.
+const DefaultIdleTimeout = 5 * time.Minute
+
+// ServerStats is a snapshot of a server's counters.
+type ServerStats struct {
+	ConnsOpen     int    // connections open now
+	ConnsAccepted uint64 // connections accepted, in total
+	ConnsRefused  uint64 // closed at accept: MaxConns open, none idle
+	ConnsEvicted  uint64 // idle connections closed to make room for a new one
+	// Buffered is the bytes of calls and replies held by all connections
+	// now: records read and not yet answered, replies not yet sent.
+	Buffered int64
+	// BufferedPeak is the most bytes one connection ever held at once.
+	BufferedPeak int64
+	DRCHits      uint64 // retransmissions answered with the saved reply
+	DRCDrops     uint64 // retransmissions dropped: the original was still running
+	DRCEntries   int    // calls in the cache now
+	DRCBytes     int    // bytes charged to the cache now
 }
 
 // Server serves registered programs over any number of listeners.
@@ -99,6 +138,13 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	drc   *drc // nil when disabled
+	epoch time.Time
+
+	accepted, refused, evicted atomic.Uint64
+	peakHeld                   atomic.Int64
+	connLog                    logLimiter
+
 	mu        sync.Mutex
 	started   bool
 	closed    bool
@@ -116,6 +162,7 @@ type progTable map[uint32][]progVers
 type progVers struct {
 	vers uint32
 	h    Handler
+	ni   NonIdempotentHandler // h, if it has procedures for the cache
 }
 
 // NewServer returns a server with no programs registered.
@@ -132,10 +179,15 @@ func NewServer(opts ServerOptions) *Server {
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = 1024
 	}
+	if opts.IdleTimeout == 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
 	s := &Server{
 		opts:      opts,
 		logf:      opts.Logf,
 		work:      make(chan *job, opts.Workers),
+		drc:       newDRC(opts.DRC),
+		epoch:     time.Now(),
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*serverConn]struct{}),
 	}
@@ -161,7 +213,11 @@ func (s *Server) Register(prog, vers uint32, h Handler) {
 		t[p] = vs
 	}
 	vs := slices.DeleteFunc(slices.Clone(t[prog]), func(v progVers) bool { return v.vers == vers })
-	t[prog] = append(vs, progVers{vers, h})
+	pv := progVers{vers: vers, h: h}
+	if ni, ok := h.(NonIdempotentHandler); ok && s.drc != nil {
+		pv.ni = ni
+	}
+	t[prog] = append(vs, pv)
 	s.progs.Store(&t)
 }
 
@@ -218,19 +274,70 @@ func (s *Server) Serve(l net.Listener) error {
 			return nil
 		}
 		if len(s.conns) >= s.opts.MaxConns {
-			s.mu.Unlock()
-			s.logf("rpc: refusing connection from %v: %d connections open", nc.RemoteAddr(), s.opts.MaxConns)
-			nc.Close()
-			continue
+			victim := s.idlest()
+			if victim == nil {
+				s.mu.Unlock()
+				s.refused.Add(1)
+				s.connLogf("rpc: refusing connection from %v: %d connections open, all busy", nc.RemoteAddr(), s.opts.MaxConns)
+				nc.Close()
+				continue
+			}
+			delete(s.conns, victim)
+			s.evicted.Add(1)
+			s.connLogf("rpc: closing idle connection from %v to make room for %v (%d connections open)",
+				victim.info.RemoteAddr, nc.RemoteAddr(), s.opts.MaxConns)
+			victim.close()
 		}
 		c := s.newConn(nc)
 		s.conns[c] = struct{}{}
 		s.connWG.Add(2)
 		s.mu.Unlock()
+		s.accepted.Add(1)
 		go c.readLoop()
 		go c.writeLoop()
 	}
 }
+
+// idlest returns the connection without calls in flight that has been
+// inactive longest, or nil. The caller holds s.mu.
+func (s *Server) idlest() *serverConn {
+	var best *serverConn
+	for c := range s.conns {
+		// The reader holds one token while it waits for a record; any
+		// other is a call in flight.
+		if len(c.slots) > 1 {
+			continue
+		}
+		if best == nil || c.lastActive.Load() < best.lastActive.Load() {
+			best = c
+		}
+	}
+	return best
+}
+
+// Stats returns a snapshot of the server's counters.
+func (s *Server) Stats() ServerStats {
+	st := ServerStats{
+		ConnsAccepted: s.accepted.Load(),
+		ConnsRefused:  s.refused.Load(),
+		ConnsEvicted:  s.evicted.Load(),
+		BufferedPeak:  s.peakHeld.Load(),
+	}
+	s.mu.Lock()
+	st.ConnsOpen = len(s.conns)
+	for c := range s.conns {
+		st.Buffered += c.held.Load()
+	}
+	s.mu.Unlock()
+	if s.drc != nil {
+		st.DRCHits, st.DRCDrops = s.drc.hits.Load(), s.drc.drops.Load()
+		st.DRCEntries, st.DRCBytes = s.drc.size()
+	}
+	return st
+}
+
+// sinceEpoch is a monotonic timestamp that fits an atomic.
+func (s *Server) sinceEpoch() int64 { return int64(time.Since(s.epoch)) }
 
 func (s *Server) isClosed() bool {
 	s.mu.Lock()
@@ -274,10 +381,12 @@ func (s *Server) Close() error {
 // job is one call on its way through a worker. It owns the record buffer
 // that Call's slices alias.
 type job struct {
-	c    *serverConn
-	h    Handler
-	call Call
-	rec  []byte
+	c     *serverConn
+	h     Handler
+	call  Call
+	rec   []byte
+	drc   *drcEntry // the call's cache entry, if its procedure is cached
+	start time.Time // when the record was read, if calls are observed
 }
 
 type replyBuf struct{ b []byte }
@@ -292,7 +401,7 @@ func (s *Server) putJob(j *job) {
 	if cap(j.rec) > maxPooledBuf {
 		return
 	}
-	j.c, j.h = nil, nil
+	j.c, j.h, j.drc = nil, nil, nil
 	j.call = Call{}
 	j.rec = j.rec[:0]
 	s.jobs.Put(j)
@@ -313,8 +422,16 @@ type serverConn struct {
 	s    *Server
 	nc   net.Conn
 	info ConnInfo
+	ip   netip.Addr // the client, for the duplicate request cache
 	ctx  context.Context
 	stop context.CancelFunc
+
+	// held counts the bytes of records read and not yet answered plus
+	// replies not yet written, for the memory bound the tests check.
+	held atomic.Int64
+	// lastActive is when a record last started arriving or replies were
+	// last written (Server.sinceEpoch), to pick the idlest connection.
+	lastActive atomic.Int64
 
 	// slots holds one token per call read but not yet answered (or
 	// dropped): the reader blocks when it is full.
@@ -332,12 +449,26 @@ func (s *Server) newConn(nc net.Conn) *serverConn {
 		s:       s,
 		nc:      nc,
 		info:    ConnInfo{RemoteAddr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()},
+		ip:      clientIP(nc.RemoteAddr()),
 		slots:   make(chan struct{}, s.opts.MaxInFlightPerConn),
 		replies: make(chan *replyBuf, s.opts.MaxInFlightPerConn),
 		done:    make(chan struct{}),
 	}
 	c.ctx, c.stop = context.WithCancel(s.ctx)
+	c.lastActive.Store(s.sinceEpoch())
 	return c
+}
+
+// addHeld accounts n more (or, negative, fewer) bytes to the connection and
+// keeps the server's per-connection peak.
+func (c *serverConn) addHeld(n int) {
+	v := c.held.Add(int64(n))
+	if n <= 0 {
+		return
+	}
+	peak := &c.s.peakHeld
+	for p := peak.Load(); v > p && !peak.CompareAndSwap(p, v); p = peak.Load() {
+	}
 }
 
 // close shuts the connection down; it is safe to call more than once and
@@ -372,7 +503,7 @@ func (c *serverConn) readLoop() {
 			if errors.Is(err, io.EOF) {
 				c.drain()
 			} else if !c.closing() {
-				s.logf("rpc: connection from %v: %v", c.info.RemoteAddr, err)
+				s.connLogf("rpc: connection from %v: %v", c.info.RemoteAddr, err)
 			}
 			return
 		}
@@ -384,35 +515,64 @@ func (c *serverConn) readLoop() {
 			if errors.Is(err, io.EOF) {
 				c.drain()
 			} else if !c.closing() {
-				s.logf("rpc: closing connection from %v: %v", c.info.RemoteAddr, err)
+				s.connLogf("rpc: closing connection from %v: %v", c.info.RemoteAddr, err)
 			}
 			return
 		}
+		if s.opts.Observe != nil {
+			j.start = time.Now()
+		}
+		c.addHeld(len(rec))
 		rb := s.getReply()
-		h, out, v := s.decodeCall(rec, &j.call, rb.b[:0])
+		pv, out, v := s.decodeCall(rec, &j.call, rb.b[:0])
 		rb.b = out
 		switch v {
 		case verdictDispatch:
+			if pv.ni != nil && pv.ni.NonIdempotent(j.call.Proc) {
+				e, saved, st := s.drc.begin(s.drc.key(c.ip, &j.call))
+				switch st {
+				case drcInProgress:
+					// The original's reply will answer this one.
+					c.addHeld(-len(rec))
+					s.putJob(j)
+					s.putReply(rb)
+					c.release()
+					continue
+				case drcReplay:
+					rb.b = append(rb.b[:0], saved...)
+					c.addHeld(len(rb.b) - len(rec))
+					s.putJob(j)
+					c.replies <- rb
+					continue
+				}
+				j.drc = e
+			}
 			s.putReply(rb)
 			j.call.Conn = &c.info
-			j.c, j.h = c, h
+			j.c, j.h = c, pv.h
 			select {
 			case s.work <- j:
 			case <-c.done:
+				if j.drc != nil {
+					s.drc.abandon(j.drc)
+				}
 				s.putJob(j)
 				return
 			}
 		case verdictReply:
+			c.addHeld(len(rb.b) - len(rec))
 			s.putJob(j)
 			c.replies <- rb
 		case verdictIgnore:
+			c.addHeld(-len(rec))
 			s.putJob(j)
 			s.putReply(rb)
 			c.release()
 		default:
+			c.addHeld(-len(rec))
 			s.putJob(j)
 			s.putReply(rb)
-			s.logf("rpc: closing connection from %v: malformed call header", c.info.RemoteAddr)
+			s.connLogf("rpc: closing connection from %v: malformed call header", c.info.RemoteAddr)
 			return
 		}
 	}
@@ -434,7 +594,9 @@ func (c *serverConn) closing() bool {
 func (c *serverConn) awaitRecord(br *bufio.Reader) error {
 	idle := c.s.opts.IdleTimeout
 	if idle <= 0 {
-		return nil
+		_, err := br.Peek(1)
+		c.lastActive.Store(c.s.sinceEpoch())
+		return err
 	}
 	for {
 		if err := c.nc.SetReadDeadline(time.Now().Add(idle)); err != nil {
@@ -442,6 +604,7 @@ func (c *serverConn) awaitRecord(br *bufio.Reader) error {
 		}
 		_, err := br.Peek(1)
 		if err == nil {
+			c.lastActive.Store(c.s.sinceEpoch())
 			return c.nc.SetReadDeadline(time.Now().Add(idle))
 		}
 		var ne net.Error
@@ -490,8 +653,10 @@ func (c *serverConn) writeLoop() {
 			}
 		}
 		bufs = bufs[:0]
+		n := 0
 		for _, rb := range batch {
 			bufs = append(bufs, rb.b)
+			n += len(rb.b)
 		}
 		if idle := c.s.opts.IdleTimeout; idle > 0 {
 			_ = c.nc.SetWriteDeadline(time.Now().Add(idle))
@@ -499,6 +664,8 @@ func (c *serverConn) writeLoop() {
 		wb = bufs // WriteTo consumes its receiver
 		_, err := wb.WriteTo(c.nc)
 		clear(bufs)
+		c.addHeld(-n)
+		c.lastActive.Store(c.s.sinceEpoch())
 		for i, rb := range batch {
 			c.s.putReply(rb)
 			c.release()
@@ -506,7 +673,7 @@ func (c *serverConn) writeLoop() {
 		}
 		if err != nil {
 			if !c.closing() {
-				c.s.logf("rpc: writing replies to %v: %v", c.info.RemoteAddr, err)
+				c.s.connLogf("rpc: writing replies to %v: %v", c.info.RemoteAddr, err)
 			}
 			c.close()
 			return
@@ -524,6 +691,11 @@ func (s *Server) worker() {
 // run executes one call and queues its reply.
 func (s *Server) run(j *job) {
 	c := j.c
+	recLen := len(j.rec)
+	if obs := s.opts.Observe; obs != nil {
+		prog, vers, proc, start := j.call.Prog, j.call.Vers, j.call.Proc, j.start
+		defer func() { obs(prog, vers, proc, time.Since(start)) }()
+	}
 	rb := s.getReply()
 	b, start := BeginRecord(rb.b[:0])
 	b = appendAccepted(b, j.call.XID, Success)
@@ -538,6 +710,10 @@ func (s *Server) run(j *job) {
 		var de *DeniedError
 		switch {
 		case errors.Is(err, ErrDrop):
+			if j.drc != nil {
+				s.drc.abandon(j.drc)
+			}
+			c.addHeld(-recLen)
 			rb.b = b
 			s.putReply(rb)
 			s.putJob(j)
@@ -555,6 +731,12 @@ func (s *Server) run(j *job) {
 	}
 	FinishRecord(b, start)
 	rb.b = b
+	// Saved before the reply goes out: a retransmission can only follow
+	// the reply's loss, and must then find it.
+	if j.drc != nil {
+		s.drc.finish(j.drc, b)
+	}
+	c.addHeld(len(b) - recLen)
 	s.putJob(j)
 	c.replies <- rb
 }
@@ -581,7 +763,7 @@ const (
 )
 
 // decodeCall parses a call record into call. With verdictDispatch it returns
-// the handler; with verdictReply it returns reply extended by a complete reply
+// the program version's entry; with verdictReply it returns reply extended by a complete reply
 // record (record mark included). It never panics and retains nothing.
 //
 // Credentials: AUTH_NONE and AUTH_SYS are accepted. Any other flavor is
@@ -591,7 +773,7 @@ const (
 // within its limits) is denied with AUTH_BADCRED, a malformed verifier with
 // AUTH_BADVERF. The verifier's flavor is not checked: with AUTH_NONE and
 // AUTH_SYS it carries nothing.
-func (s *Server) decodeCall(rec []byte, call *Call, reply []byte) (Handler, []byte, verdict) {
+func (s *Server) decodeCall(rec []byte, call *Call, reply []byte) (*progVers, []byte, verdict) {
 	var d xdr.Decoder
 	d.Reset(rec)
 	xid := d.Uint32()
@@ -639,19 +821,19 @@ func (s *Server) decodeCall(rec []byte, call *Call, reply []byte) (Handler, []by
 	if len(versions) == 0 {
 		return nil, acceptReply(reply, xid, &AcceptError{Stat: ProgUnavail}), verdictReply
 	}
-	var h Handler
+	var pv *progVers
 	low, high := versions[0].vers, versions[0].vers
-	for _, v := range versions {
+	for i, v := range versions {
 		if v.vers == vers {
-			h = v.h
+			pv = &versions[i]
 		}
 		low, high = min(low, v.vers), max(high, v.vers)
 	}
-	if h == nil {
+	if pv == nil {
 		return nil, acceptReply(reply, xid, &AcceptError{Stat: ProgMismatch, Low: low, High: high}), verdictReply
 	}
 	*call = Call{XID: xid, Prog: prog, Vers: vers, Proc: proc, Cred: cred, Verf: verf, Args: d.Rest()}
-	return h, reply, verdictDispatch
+	return pv, reply, verdictDispatch
 }
 
 // appendAccepted appends an accepted reply header with AUTH_NONE verifier and
@@ -706,4 +888,56 @@ func denyReply(b []byte, xid uint32, e *DeniedError) []byte {
 	b = appendDenied(b, xid, e)
 	FinishRecord(b, start)
 	return b
+}
+
+// Connection-level messages (a client's garbage, hang-ups, refusals) are
+// rate limited: a client opening connection after connection to send junk
+// must not flood the log. Up to logBurst messages pass at once, then
+// logRate a second.
+const (
+	logBurst = 20
+	logRate  = 5
+)
+
+// logLimiter is a token bucket for log messages; it counts what it holds
+// back, for the next message let through to report.
+type logLimiter struct {
+	mu         sync.Mutex
+	tokens     float64
+	last       time.Time
+	suppressed int
+}
+
+// allow reports whether a message may be logged at now, and how many were
+// suppressed since the last one that was.
+func (l *logLimiter) allow(now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last.IsZero() {
+		l.tokens = logBurst
+	} else {
+		l.tokens = min(logBurst, l.tokens+now.Sub(l.last).Seconds()*logRate)
+	}
+	l.last = now
+	if l.tokens < 1 {
+		l.suppressed++
+		return false, 0
+	}
+	l.tokens--
+	n := l.suppressed
+	l.suppressed = 0
+	return true, n
+}
+
+// connLogf logs a connection-level message, subject to the rate limit.
+func (s *Server) connLogf(format string, args ...any) {
+	ok, n := s.connLog.allow(time.Now())
+	if !ok {
+		return
+	}
+	if n > 0 {
+		format += " (%d similar messages suppressed)"
+		args = append(args, n)
+	}
+	s.logf(format, args...)
 }

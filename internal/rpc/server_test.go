@@ -360,16 +360,35 @@ func TestServerBackPressure(t *testing.T) {
 	}
 }
 
+// At MaxConns with every connection busy, a new one is refused (an idle
+// one would be evicted instead: TestServerEvictsIdlest).
 func TestServerMaxConns(t *testing.T) {
 	var logs logBuffer
-	s, ln := startServer(t, ServerOptions{MaxConns: 1, Logf: logs.Logf}, &testHandler{})
+	entered := make(chan struct{}, 1)
+	h := &testHandler{gate: make(chan struct{})}
+	h.hook = func(ctx context.Context, call *Call, reply []byte) ([]byte, bool, error) {
+		if call.Proc == procBlock {
+			entered <- struct{}{}
+		}
+		return nil, false, nil
+	}
+	s, ln := startServer(t, ServerOptions{MaxConns: 1, Logf: logs.Logf}, h)
 	a := dialRaw(t, ln.Addr())
 	a.send(newCall(1, procNull, nil).bytes())
 	a.recv()
+	a.send(newCall(3, procBlock, u32(3)).bytes())
+	<-entered
 	b := dialRaw(t, ln.Addr())
 	b.expectClosed()
 	if !logs.contains("refusing connection") {
 		t.Errorf("refusal not logged:\n%s", logs.String())
+	}
+	if st := s.Stats(); st.ConnsRefused != 1 || st.ConnsEvicted != 0 || st.ConnsOpen != 1 {
+		t.Errorf("stats %+v, want 1 refused, 0 evicted, 1 open", st)
+	}
+	close(h.gate)
+	if got := a.recv(); got.xid != 3 {
+		t.Fatalf("xid %d", got.xid)
 	}
 	a.nc.Close()
 	waitFor(t, "the first connection to go", func() bool { return s.numConns() == 0 })
