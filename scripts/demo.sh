@@ -24,8 +24,9 @@ wait_line() { # FILE PREFIX: wait for a process's ready line
 }
 
 mkdir -p "$work/export" "$work/state" "$mnt"
+# --no-root-squash: the demo runs as root and works in a root-owned export.
 "$bin" serve "$work/export" --listen 127.0.0.1 --nfs-port 0 --mount-port 0 \
-  --state-dir "$work/state" > "$work/serve.out" 2> "$work/serve.err" &
+  --state-dir "$work/state" --no-root-squash > "$work/serve.out" 2> "$work/serve.err" &
 pids+=($!)
 line=$(wait_line "$work/serve.out" "hushfs serve:")
 echo "$line"

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"hushfs/internal/rpc"
@@ -18,17 +20,84 @@ import (
 
 // serveOptions are the flags of "hushfs serve".
 type serveOptions struct {
-	dir       string
-	nfsPort   int
-	mountPort int
-	listen    string
-	readOnly  bool
-	async     bool
-	stateDir  string
+	dir        string
+	nfsPort    int
+	mountPort  int
+	listen     string
+	readOnly   bool
+	async      bool
+	stateDir   string
+	noRootSq   bool // root squashing off (the last of --root-squash / --no-root-squash wins)
+	allSquash  bool
+	anonUID    uint32
+	anonGID    uint32
+	allow      []netip.Prefix
+	securePort bool
+}
+
+// squash is the server's squash mode: --all-squash maps everyone, root
+// included, whatever the root setting (as all_squash does in exports(5)).
+func (o *serveOptions) squash() server.Squash {
+	switch {
+	case o.allSquash:
+		return server.AllSquash
+	case o.noRootSq:
+		return server.NoRootSquash
+	}
+	return server.RootSquash
+}
+
+// parseAnonID parses --anonuid / --anongid: a numeric id other than root
+// (squashing to root would be no squashing) and -1 (no valid id).
+func parseAnonID(flagName string, dst *uint32) func(string) error {
+	return func(v string) error {
+		n, err := strconv.ParseUint(v, 10, 32)
+		switch {
+		case err != nil:
+			return fmt.Errorf("--%s %q: not a numeric id", flagName, v)
+		case n == 0:
+			return fmt.Errorf("--%s 0 would map squashed callers to root; use --no-root-squash to keep root", flagName)
+		case n == 1<<32-1:
+			return fmt.Errorf("--%s %d is not a valid id", flagName, n)
+		}
+		*dst = uint32(n)
+		return nil
+	}
+}
+
+// parseAllow parses one --allow value: comma-separated networks in CIDR
+// notation, or single addresses.
+func parseAllow(dst *[]netip.Prefix) func(string) error {
+	return func(v string) error {
+		for _, item := range strings.Split(v, ",") {
+			item = strings.TrimSpace(item)
+			if item == "" {
+				return fmt.Errorf("--allow %q: empty network", v)
+			}
+			var p netip.Prefix
+			var err error
+			if strings.Contains(item, "/") {
+				p, err = netip.ParsePrefix(item)
+			} else {
+				var a netip.Addr
+				if a, err = netip.ParseAddr(item); err == nil {
+					if a.Zone() != "" {
+						return fmt.Errorf("--allow %q: zones are not supported", item)
+					}
+					p = netip.PrefixFrom(a, a.BitLen())
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("--allow %q: want an address or a network such as 192.168.1.0/24 or fd00::/8: %w", item, err)
+			}
+			*dst = append(*dst, p)
+		}
+		return nil
+	}
 }
 
 func parseServeArgs(args []string) (*serveOptions, error) {
-	o := &serveOptions{}
+	o := &serveOptions{anonUID: server.DefaultAnonID, anonGID: server.DefaultAnonID}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.IntVar(&o.nfsPort, "nfs-port", 2049, "TCP port for NFS (0 = any free port)")
 	fs.IntVar(&o.mountPort, "mount-port", 20048, "TCP port for MOUNT (0 = any free port)")
@@ -36,8 +105,24 @@ func parseServeArgs(args []string) (*serveOptions, error) {
 	fs.BoolVar(&o.readOnly, "ro", false, "export read-only")
 	fs.BoolVar(&o.async, "async", false, "reply to metadata changes before they reach stable storage (faster; a crash may lose acknowledged changes)")
 	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/hushfs", "directory keeping the file handle secret")
+	fs.BoolFunc("root-squash", "map client root (uid 0, gid 0, group 0) to the anonymous uid/gid (the default)", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		o.noRootSq = !b
+		return err
+	})
+	fs.BoolFunc("no-root-squash", "give client root the server's root powers in the export", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		o.noRootSq = b
+		return err
+	})
+	fs.BoolVar(&o.allSquash, "all-squash", false, "map every client user and group to the anonymous uid/gid")
+	fs.Func("anonuid", "uid of squashed and AUTH_NONE callers (default 65534)", parseAnonID("anonuid", &o.anonUID))
+	fs.Func("anongid", "gid of squashed and AUTH_NONE callers (default 65534)", parseAnonID("anongid", &o.anonGID))
+	fs.Func("allow", "serve only clients in these networks: CIDR[,CIDR...], repeatable (default: every client)", parseAllow(&o.allow))
+	fs.BoolVar(&o.securePort, "secure-port", false, "serve only calls from privileged source ports (below 1024)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: hushfs serve DIR [--nfs-port N] [--mount-port N] [--listen ADDR] [--ro] [--async] [--state-dir D]")
+		fmt.Fprintln(fs.Output(), "usage: hushfs serve DIR [--nfs-port N] [--mount-port N] [--listen ADDR] [--ro] [--async] [--state-dir D]\n"+
+			"                    [--no-root-squash | --all-squash] [--anonuid N] [--anongid N] [--allow CIDR[,CIDR...]] [--secure-port]")
 		fs.PrintDefaults()
 	}
 	// Flags may come before or after DIR.
@@ -80,11 +165,16 @@ func runServe(args []string) error {
 	}
 	logger := log.New(os.Stderr, "", log.LstdFlags)
 	srv, err := server.New(server.Config{
-		Root:     o.dir,
-		StateDir: o.stateDir,
-		ReadOnly: o.readOnly,
-		Async:    o.async,
-		Logf:     logger.Printf,
+		Root:       o.dir,
+		StateDir:   o.stateDir,
+		ReadOnly:   o.readOnly,
+		Async:      o.async,
+		Squash:     o.squash(),
+		AnonUID:    o.anonUID,
+		AnonGID:    o.anonGID,
+		Allow:      o.allow,
+		SecurePort: o.securePort,
+		Logf:       logger.Printf,
 	})
 	if err != nil {
 		return err
@@ -120,7 +210,14 @@ func runServe(args []string) error {
 	if o.readOnly {
 		mode = "read-only"
 	}
-	logger.Printf("exporting %s (%s)", srv.Root(), mode)
+	clients := "every client"
+	if len(o.allow) > 0 {
+		clients = fmt.Sprint(o.allow)
+	}
+	if o.securePort {
+		clients += ", privileged ports only"
+	}
+	logger.Printf("exporting %s (%s, %v, anonymous %d:%d) to %s", srv.Root(), mode, o.squash(), o.anonUID, o.anonGID, clients)
 
 	select {
 	case <-ctx.Done():

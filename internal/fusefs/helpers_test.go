@@ -69,7 +69,8 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Root: dir, StateDir: t.TempDir()})
+	// The tests act as root in a root-owned export: no squashing.
+	srv, err := server.New(server.Config{Root: dir, StateDir: t.TempDir(), Squash: server.NoRootSquash})
 	if err != nil {
 		t.Fatalf("server: %v", err)
 	}

@@ -17,7 +17,8 @@ import (
 )
 
 func TestCountsMatchServer(t *testing.T) {
-	srv, err := server.New(server.Config{Root: t.TempDir(), StateDir: t.TempDir(), Logf: t.Logf})
+	// The test acts as root in a root-owned export: no squashing.
+	srv, err := server.New(server.Config{Root: t.TempDir(), StateDir: t.TempDir(), Squash: server.NoRootSquash, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,36 @@ import (
 	"hushfs/internal/rpc"
 )
 
-// nobody is the identity of AUTH_NONE callers.
-const nobody = 65534
+// Squash selects which callers are mapped to the anonymous identity, as the
+// root_squash, no_root_squash and all_squash export options do.
+type Squash int
+
+const (
+	// RootSquash maps uid 0 to the anonymous uid, gid 0 to the anonymous
+	// gid, and group 0 among the auxiliary groups to the anonymous gid: a
+	// client's root is not the server's root.
+	RootSquash Squash = iota
+	// NoRootSquash takes every AUTH_SYS identity as sent, root included.
+	NoRootSquash
+	// AllSquash maps every caller to the anonymous uid and gid, without
+	// auxiliary groups.
+	AllSquash
+)
+
+func (q Squash) String() string {
+	switch q {
+	case RootSquash:
+		return "root_squash"
+	case NoRootSquash:
+		return "no_root_squash"
+	case AllSquash:
+		return "all_squash"
+	}
+	return fmt.Sprintf("squash(%d)", int(q))
+}
+
+// DefaultAnonID is the anonymous uid and gid unless configured ("nobody").
+const DefaultAnonID = 65534
 
 // identity is the credential an operation runs with.
 type identity struct {
@@ -30,23 +58,39 @@ func (id *identity) isRoot() bool { return id.uid == 0 }
 // switches, so that new files get that group.)
 func (id *identity) privileged() bool { return id.uid == 0 && id.gid == 0 }
 
-// identityOf returns the identity a call runs with: AUTH_SYS ids as sent,
-// anything else (AUTH_NONE) as nobody. Squashing plugs in here.
+// identityOf returns the identity a call runs with: its AUTH_SYS ids after
+// squashing, or the anonymous identity for anything else (AUTH_NONE). Every
+// permission decision, and the credentials operations switch to, use this
+// identity only.
 func (s *Server) identityOf(call *rpc.Call) identity {
-	if p, ok := call.AuthSys(); ok {
-		// -1 is no valid id (the kernel reads it as "unchanged").
-		if p.UID == ^uint32(0) || p.GID == ^uint32(0) {
-			return identity{uid: nobody, gid: nobody}
-		}
-		gs := p.GIDs[:0:0]
-		for _, g := range p.GIDs {
-			if g != ^uint32(0) {
-				gs = append(gs, g)
-			}
-		}
-		return identity{uid: p.UID, gid: p.GID, groups: gs}
+	anon := identity{uid: s.anonUID, gid: s.anonGID}
+	if s.squash == AllSquash {
+		return anon
 	}
-	return identity{uid: nobody, gid: nobody}
+	p, ok := call.AuthSys()
+	// -1 is no valid id (the kernel reads it as "unchanged").
+	if !ok || p.UID == ^uint32(0) || p.GID == ^uint32(0) {
+		return anon
+	}
+	id := identity{uid: p.UID, gid: p.GID}
+	if s.squash == RootSquash {
+		if id.uid == 0 {
+			id.uid = s.anonUID
+		}
+		if id.gid == 0 {
+			id.gid = s.anonGID
+		}
+	}
+	for _, g := range p.GIDs {
+		switch {
+		case g == ^uint32(0):
+			continue
+		case g == 0 && s.squash == RootSquash:
+			g = s.anonGID
+		}
+		id.groups = append(id.groups, g)
+	}
+	return id
 }
 
 // credSwitcher changes the file-system credentials of the calling OS thread.

@@ -62,7 +62,9 @@ func startEnvTuned(t testing.TB, ro bool, tune func(*Config)) *env {
 
 func (e *env) start(ro bool) {
 	e.t.Helper()
-	cfg := Config{Root: e.root, StateDir: e.state, ReadOnly: ro, Logf: e.t.Logf}
+	// The tests act as root and expect root's powers unless they tune the
+	// squashing themselves.
+	cfg := Config{Root: e.root, StateDir: e.state, ReadOnly: ro, Squash: NoRootSquash, Logf: e.t.Logf}
 	if e.tune != nil {
 		e.tune(&cfg)
 	}

@@ -42,6 +42,14 @@ func clientHost(call *rpc.Call) string {
 	return a
 }
 
+// clientAddr is the peer's address and port, for logs.
+func clientAddr(call *rpc.Call) string {
+	if call.Conn == nil || call.Conn.RemoteAddr == nil {
+		return "unknown"
+	}
+	return call.Conn.RemoteAddr.String()
+}
+
 // ServeRPC implements rpc.Handler.
 func (h mountHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) ([]byte, error) {
 	s := h.s
@@ -58,7 +66,15 @@ func (h mountHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte
 			return nil, err
 		}
 		r := nfs3.MntRes{Status: nfs3.MntErrNoEnt}
-		if s.exportPath(a.Path) {
+		// Only MNT is refused: NULL, EXPORT and DUMP reveal no more than
+		// the export's path (as showmount shows anyone), and every NFS
+		// call is checked again.
+		why := s.refusal(call)
+		switch {
+		case why != "":
+			r.Status = nfs3.MntErrAcces
+			s.logf("hushfs server: refusing MNT from %s: %s", clientAddr(call), why)
+		case s.exportPath(a.Path):
 			r = nfs3.MntRes{Status: nfs3.MntOK, FH: s.rootFH, AuthFlavors: []uint32{rpc.AuthSys, rpc.AuthNone}}
 			s.recordMount(clientHost(call), string(a.Path))
 		}

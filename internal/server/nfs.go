@@ -32,6 +32,11 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		return nil, rpc.ErrProcUnavail
 	}
 	s.nfsCalls[call.Proc].Add(1)
+	// Every call is checked, NULL included: a handle obtained while the
+	// peer was admitted (or from another host) grants nothing by itself.
+	if !s.admitted(call) {
+		return nil, errNotAdmitted
+	}
 	if call.Proc == nfs3.ProcNull {
 		return reply, nil
 	}

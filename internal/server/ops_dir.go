@@ -33,6 +33,7 @@ func (s *Server) lookup(id *identity, a *nfs3.LookupArgs) (r nfs3.LookupRes) {
 	}
 	name := string(a.What.Name)
 	var child *node
+	parentFd := -1
 	err = s.as(id, func() error {
 		if name == ".." && dir.isRoot {
 			// The export root is its own parent: nothing above it is
@@ -44,6 +45,17 @@ func (s *Server) lookup(id *identity, a *nfs3.LookupArgs) (r nfs3.LookupRes) {
 			dir.refs++
 			s.cache.mu.Unlock()
 			child = dir
+			return nil
+		}
+		if name == ".." {
+			// Opened with the caller's credentials (the kernel checks
+			// search permission); whether the parent lies in the export
+			// is checked below, with the server's.
+			fd, err := openDotDot(dir.fd)
+			if err != nil {
+				return err
+			}
+			parentFd = fd
 			return nil
 		}
 		fd, err := openEntry(dir.fd, name, 0)
@@ -58,6 +70,9 @@ func (s *Server) lookup(id *identity, a *nfs3.LookupArgs) (r nfs3.LookupRes) {
 		child, err = s.nodeFromFd(fd, &st)
 		return err
 	})
+	if err == nil && parentFd >= 0 {
+		child, err = s.parentNode(parentFd)
+	}
 	if err != nil {
 		r.Status = s.statusOf(err)
 		return r

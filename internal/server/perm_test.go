@@ -129,7 +129,7 @@ func TestPermissionsNonRoot(t *testing.T) {
 	// AUTH_NONE is nobody.
 	anon := e.clientCred(rpc.NoAuth)
 	h := anon.mustCreate(pubFH, "anon", 0o644)
-	if a := anon.mustGetattr(h); a.UID != nobody || a.GID != nobody {
+	if a := anon.mustGetattr(h); a.UID != DefaultAnonID || a.GID != DefaultAnonID {
 		t.Fatalf("AUTH_NONE file owned by %d:%d", a.UID, a.GID)
 	}
 	if r := anon.read(secret, 0, 1); r.Status != nfs3.ErrAcces {

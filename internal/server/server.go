@@ -16,7 +16,14 @@
 //     are switched (creds.go), so the kernel itself enforces permissions and
 //     new files get the caller's ownership. Handles are resolved with the
 //     server's own credentials first, as open_by_handle_at needs
-//     CAP_DAC_READ_SEARCH.
+//     CAP_DAC_READ_SEARCH. Root is squashed to an anonymous identity unless
+//     configured otherwise (Config.Squash).
+//   - Who may call at all is decided per call from the peer's address and
+//     port (Config.Allow, Config.SecurePort; hosts.go).
+//   - Nothing outside the export is reachable: names are single components
+//     resolved beneath their directory, ".." of the root is the root, and an
+//     inode a handle resolves to is checked to lie beneath the export root
+//     before it enters the node cache (confine.go).
 //   - READ, WRITE and COMMIT use descriptors opened by the server and cached
 //     per inode; as Linux's own NFS server does, the owner of a file may read
 //     and write it whatever its mode bits (clients check permission at open
@@ -39,6 +46,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -68,6 +76,21 @@ type Config struct {
 	// such operation syncs the directories and file involved first, as
 	// RFC 1813 requires.
 	Async bool
+	// Squash selects whose identity is replaced by the anonymous one
+	// (AnonUID, AnonGID): by default (RootSquash) the superuser's.
+	Squash Squash
+	// AnonUID and AnonGID are the identity of squashed callers and of
+	// AUTH_NONE calls; 0 selects DefaultAnonID (65534, "nobody"). Root
+	// itself cannot be chosen: that would be no squashing at all
+	// (NoRootSquash says so explicitly).
+	AnonUID, AnonGID uint32
+	// Allow lists the client networks that may mount and call; empty means
+	// every client. IPv4 clients connected over IPv6 (IPv4-mapped
+	// addresses) match IPv4 prefixes.
+	Allow []netip.Prefix
+	// SecurePort admits only calls from privileged source ports (below
+	// 1024), which only root can bind on the client's host.
+	SecurePort bool
 	// Logf receives diagnostics; nil discards them.
 	Logf func(format string, args ...any)
 	// Now is the clock for cache expiry; nil means time.Now.
@@ -91,6 +114,11 @@ type Server struct {
 	rootArg  string // cleaned absolute path as configured
 	readOnly bool
 	async    bool
+	squash   Squash
+	anonUID  uint32
+	anonGID  uint32
+	allow    []netip.Prefix
+	secure   bool
 	logf     func(string, ...any)
 	now      func() time.Time
 
@@ -134,11 +162,20 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: export root: %w", err)
 	}
+	access, err := newAccessConfig(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	s := &Server{
 		root:     root,
 		rootArg:  abs,
 		readOnly: cfg.ReadOnly,
 		async:    cfg.Async,
+		squash:   access.squash,
+		anonUID:  access.anonUID,
+		anonGID:  access.anonGID,
+		allow:    access.allow,
+		secure:   cfg.SecurePort,
 		logf:     cfg.Logf,
 		now:      cfg.Now,
 		mountFd:  -1,
@@ -331,8 +368,8 @@ func (s *Server) cookieVerf(kh unix.FileHandle) nfs3.Verf {
 
 // resolve returns the node of fh with a reference (release it with
 // s.cache.release). Forged or foreign handles are NFS3ERR_BADHANDLE; handles
-// of inodes that no longer exist are NFS3ERR_STALE. It must run with the
-// server's own credentials.
+// of inodes that no longer exist, or no longer lie beneath the export root,
+// are NFS3ERR_STALE. It must run with the server's own credentials.
 func (s *Server) resolve(fh nfs3.FH) (*node, error) {
 	if !s.codec.precheck(fh) {
 		return nil, nfs3.ErrBadHandle
@@ -362,6 +399,13 @@ func (s *Server) resolve(fh nfs3.FH) (*node, error) {
 	if st.Nlink == 0 || st.Dev != s.rootDev {
 		unix.Close(fd)
 		return nil, nfs3.ErrStale
+	}
+	// The MAC proves we issued the handle, not that the inode is still in
+	// the export: a local process may have moved it out since. Checked
+	// here, before the node is cached, so cache hits never pay for it.
+	if err := s.checkWithin(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, err
 	}
 	n := newNode(string(fh), append(nfs3.FH(nil), fh...), kh, fd, &st)
 	n.isRoot = st.Ino == s.rootIno

@@ -20,8 +20,10 @@ func procFdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
 // openResolveFlags confine a single-component lookup: no symbolic link is
 // followed (the final one is opened as itself with O_PATH|O_NOFOLLOW), no
-// magic link, no mount point crossed.
-const openResolveFlags = unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+// magic link, no mount point crossed, and nothing outside the directory
+// reached (RESOLVE_BENEATH refuses ".." and absolute names, should one ever
+// get past checkName; LOOKUP of ".." has its own path, openDotDot).
+const openResolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
 
 // openEntry opens name (one component) in dirFd as O_PATH without following
 // it. Crossing into another mount yields errMountPoint.
@@ -29,6 +31,11 @@ func openEntry(dirFd int, name string, extra int) (int, error) {
 	how := unix.OpenHow{
 		Flags:   uint64(unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC | extra),
 		Resolve: openResolveFlags,
+	}
+	if name == ".." {
+		// Never an entry of the directory (and not confined by the
+		// fallback below).
+		return -1, nfs3.ErrInval
 	}
 	for {
 		fd, err := unix.Openat2(dirFd, name, &how)

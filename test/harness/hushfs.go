@@ -134,6 +134,11 @@ func (p *proc) kill(t T) {
 // and for NFS and MOUNT to answer NULL, and kills it by pid at cleanup.
 // extraArgs are passed before DIR.
 //
+// The server runs with --no-root-squash: the tests act as root and expect
+// root's powers in the export (chown, reading any file). A test of
+// squashing passes --root-squash or --all-squash in extraArgs, which come
+// later and win.
+//
 // The server needs root (open_by_handle_at, per-call credentials), so the
 // test is skipped otherwise.
 func StartServe(t T, dir string, extraArgs ...string) *Serve {
@@ -156,7 +161,7 @@ func StartServe(t T, dir string, extraArgs ...string) *Serve {
 func (s *Serve) start(t T, nfsPort, mountPort string) {
 	t.Helper()
 	args := []string{"serve", "--listen", "127.0.0.1", "--nfs-port", nfsPort,
-		"--mount-port", mountPort, "--state-dir", s.StateDir}
+		"--mount-port", mountPort, "--state-dir", s.StateDir, "--no-root-squash"}
 	args = append(args, s.extra...)
 	args = append(args, s.Dir)
 	p := &proc{cmd: exec.Command(s.bin, args...), out: &syncBuffer{}, exited: make(chan struct{})}
