@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"hushfs/internal/metrics"
 	"hushfs/internal/rpc"
 	"hushfs/internal/server"
 )
@@ -33,6 +34,7 @@ type serveOptions struct {
 	anonGID    uint32
 	allow      []netip.Prefix
 	securePort bool
+	metrics    string // address of the Prometheus /metrics endpoint, "" = none
 }
 
 // squash is the server's squash mode: --all-squash maps everyone, root
@@ -120,9 +122,11 @@ func parseServeArgs(args []string) (*serveOptions, error) {
 	fs.Func("anongid", "gid of squashed and AUTH_NONE callers (default 65534)", parseAnonID("anongid", &o.anonGID))
 	fs.Func("allow", "serve only clients in these networks: CIDR[,CIDR...], repeatable (default: every client)", parseAllow(&o.allow))
 	fs.BoolVar(&o.securePort, "secure-port", false, "serve only calls from privileged source ports (below 1024)")
+	fs.StringVar(&o.metrics, "metrics", "", "serve per-procedure counts and latency histograms in Prometheus text format at http://ADDR/metrics")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: hushfs serve DIR [--nfs-port N] [--mount-port N] [--listen ADDR] [--ro] [--async] [--state-dir D]\n"+
-			"                    [--no-root-squash | --all-squash] [--anonuid N] [--anongid N] [--allow CIDR[,CIDR...]] [--secure-port]")
+			"                    [--no-root-squash | --all-squash] [--anonuid N] [--anongid N] [--allow CIDR[,CIDR...]] [--secure-port]\n"+
+			"                    [--metrics ADDR]")
 		fs.PrintDefaults()
 	}
 	// Flags may come before or after DIR.
@@ -192,11 +196,29 @@ func runServe(args []string) error {
 			return fmt.Errorf("mount listener: %w", err)
 		}
 	}
-	rs := rpc.NewServer(rpc.ServerOptions{Logf: logger.Printf})
+	var metricsL net.Listener
+	if o.metrics != "" {
+		if metricsL, err = net.Listen("tcp", o.metrics); err != nil {
+			nfsL.Close()
+			if mountL != nfsL {
+				mountL.Close()
+			}
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+	}
+	rpcStats := metrics.NewRPC()
+	rs := rpc.NewServer(rpc.ServerOptions{Logf: logger.Printf, Observe: rpcStats.Observe})
 	srv.Register(rs)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if metricsL != nil {
+		go func() {
+			if err := metrics.Serve(ctx, metricsL, metrics.Handler(rpcStats, rs)); err != nil {
+				logger.Printf("metrics: %v", err)
+			}
+		}()
+	}
 	errc := make(chan error, 2)
 	listeners := []net.Listener{nfsL}
 	if mountL != nfsL {
@@ -206,6 +228,9 @@ func runServe(args []string) error {
 		go func() { errc <- rs.Serve(l) }()
 	}
 	fmt.Printf("hushfs serve: nfs %s mount %s\n", nfsL.Addr(), mountL.Addr())
+	if metricsL != nil {
+		fmt.Printf("hushfs serve: metrics http://%s/metrics\n", metricsL.Addr())
+	}
 	mode := "read-write"
 	if o.readOnly {
 		mode = "read-only"

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -112,6 +114,7 @@ func buildHushfs(t *testing.T) string {
 type serveProc struct {
 	cmd              *exec.Cmd
 	nfsAddr, mntAddr string
+	stdout           *bufio.Reader // what it prints after the address line
 }
 
 // startServe runs "hushfs serve export" on 127.0.0.1 with kernel-chosen
@@ -136,7 +139,8 @@ func startServe(t *testing.T, bin, export string, args ...string) *serveProc {
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	br := bufio.NewReader(stdout)
+	line, err := br.ReadString('\n')
 	if err != nil {
 		t.Fatalf("reading the address line: %v", err)
 	}
@@ -144,7 +148,7 @@ func startServe(t *testing.T, bin, export string, args ...string) *serveProc {
 	if m == nil {
 		t.Fatalf("address line %q", line)
 	}
-	return &serveProc{cmd: cmd, nfsAddr: m[1], mntAddr: m[2]}
+	return &serveProc{cmd: cmd, nfsAddr: m[1], mntAddr: m[2], stdout: br}
 }
 
 func dial(t *testing.T, addr string) *rpc.Client {
@@ -363,6 +367,51 @@ func TestServeBadFlags(t *testing.T) {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() == 0 || !strings.Contains(string(out), tc.want) {
 			t.Errorf("%q: %v, output %q; want a non-zero exit and %q", tc.args, err, out, tc.want)
+		}
+	}
+}
+
+// --metrics: the endpoint's address is printed, and after real calls it
+// counts them per procedure in Prometheus text format.
+func TestServeMetrics(t *testing.T) {
+	bin := buildHushfs(t)
+	export := t.TempDir()
+	os.WriteFile(filepath.Join(export, "f"), []byte("x"), 0o644)
+	p := startServe(t, bin, export, "--metrics", "127.0.0.1:0")
+	line, err := p.stdout.ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the metrics line: %v", err)
+	}
+	m := regexp.MustCompile(`^hushfs serve: metrics (http://127\.0\.0\.1:\d+/metrics)\n$`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("metrics line %q", line)
+	}
+	c := dial(t, p.nfsAddr)
+	cred := rpc.SysCred(0, 0, nil, "test")
+	var mr nfs3.MntRes
+	if err := call(c, nfs3.MountProgram, nfs3.MountVersion, nfs3.MountProcMnt, cred, &nfs3.MntArgs{Path: []byte("/")}, &mr); err != nil || mr.Status != nfs3.MntOK {
+		t.Fatalf("MNT: %v %v", err, mr.Status)
+	}
+	for range 3 {
+		var lr nfs3.LookupRes
+		if err := call(c, nfs3.Program, nfs3.Version, nfs3.ProcLookup, cred,
+			&nfs3.LookupArgs{What: nfs3.DirOpArgs{Dir: mr.FH, Name: []byte("f")}}, &lr); err != nil || lr.Status != nfs3.OK {
+			t.Fatalf("LOOKUP: %v %v", err, lr.Status)
+		}
+	}
+	resp, err := http.Get(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`hushfs_rpc_calls_total{prog="nfs",proc="LOOKUP"} 3`,
+		`hushfs_rpc_calls_total{prog="mount",proc="MNT"} 1`,
+		`hushfs_rpc_call_duration_seconds_count{prog="nfs",proc="LOOKUP"} 3`,
+	} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
 	}
 }
