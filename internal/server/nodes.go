@@ -53,26 +53,30 @@ type node struct {
 
 	dirMu sync.Mutex // serialises lseek+getdents on dirFd
 	dirFd int
+
+	io *fileState // regular files only: sequential detection, write-back state
 }
 
 func newNode(key string, fh nfs3.FH, kh unix.FileHandle, fd int, st *unix.Stat_t) *node {
-	return &node{key: key, fh: fh, kh: kh, fd: fd, ino: st.Ino, ftype: st.Mode & unix.S_IFMT,
+	n := &node{key: key, fh: fh, kh: kh, fd: fd, ino: st.Ino, ftype: st.Mode & unix.S_IFMT,
 		rdFd: -1, rwFd: -1, dirFd: -1}
+	if n.isReg() {
+		n.io = newFileState()
+	}
+	return n
 }
 
 func (n *node) isDir() bool { return n.ftype == unix.S_IFDIR }
 func (n *node) isReg() bool { return n.ftype == unix.S_IFREG }
 
+// unsynced reports whether the node's file holds data written through it
+// and not yet synced: its descriptors must not close before a sync.
+func (n *node) unsynced() bool { return n.io != nil && n.io.unsynced() }
+
 // closeFds closes every descriptor of the node. Only for nodes that are gone
 // and unreferenced.
 func (n *node) closeFds(c *nodeCache) {
-	for _, p := range []*int{&n.rdFd, &n.rwFd, &n.dirFd} {
-		if *p >= 0 {
-			unix.Close(*p)
-			*p = -1
-			c.openCount.Add(-1)
-		}
-	}
+	n.closeIO(c)
 	if n.fd >= 0 {
 		unix.Close(n.fd)
 		n.fd = -1
@@ -88,6 +92,9 @@ func (n *node) closeIO(c *nodeCache) {
 			*p = -1
 			c.openCount.Add(-1)
 		}
+	}
+	if n.io != nil {
+		n.io.descriptorsClosed()
 	}
 }
 
@@ -106,6 +113,10 @@ type nodeCache struct {
 	openIdle  time.Duration
 	now       func() time.Time
 	openCount atomic.Int64 // I/O descriptors open across all nodes
+
+	// flush, if set, syncs a node's unsynced data before the sweep closes
+	// its descriptors (Server.flushIdle). It runs without mu held.
+	flush func(*node)
 }
 
 func newNodeCache(now func() time.Time) *nodeCache {
@@ -177,7 +188,8 @@ func (c *nodeCache) trimLocked() {
 	excess := len(c.byKey) - c.maxNodes
 	for n := c.head.prev; excess > 0 && n != &c.head; {
 		prev := n.prev
-		if n.refs == 0 && !n.pinned {
+		// Nodes with unsynced data wait for the sweep to sync them.
+		if n.refs == 0 && !n.pinned && !n.unsynced() {
 			c.removeLocked(n)
 			excess--
 		}
@@ -202,7 +214,15 @@ func (c *nodeCache) removeLocked(n *node) {
 	}
 }
 
-// release drops a reference taken by acquire or insert.
+// ref takes another reference to n, which the caller holds a reference to
+// (for work that outlives the caller's).
+func (c *nodeCache) ref(n *node) {
+	c.mu.Lock()
+	n.refs++
+	c.mu.Unlock()
+}
+
+// release drops a reference taken by acquire, insert or ref.
 func (c *nodeCache) release(n *node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -239,27 +259,72 @@ func (c *nodeCache) forgetIfUnlinked(ino uint64) {
 }
 
 // sweep closes I/O descriptors idle for openIdle (or, above maxOpen, the
-// least recently used ones) and evicts nodes idle for nodeIdle.
+// least recently used ones) and evicts nodes idle for nodeIdle. A node whose
+// file holds unsynced data is first synced (flush), outside the lock and
+// with a reference that keeps it open meanwhile; it is closed or evicted
+// afterwards if still idle.
 func (c *nodeCache) sweep() {
 	now := c.now().UnixNano()
+	var flush []*node
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	over := c.openCount.Load() - c.maxOpen
 	for n := c.head.prev; n != &c.head; {
 		prev := n.prev
 		if n.refs == 0 {
-			idle := now - n.lastUse
-			switch {
-			case !n.pinned && idle >= int64(c.nodeIdle):
-				c.removeLocked(n)
-			case n.hasIO() && (idle >= int64(c.openIdle) || over > 0):
-				before := c.openCount.Load()
-				n.closeIO(c)
-				over -= before - c.openCount.Load()
+			if c.flush != nil && c.idleAction(n, now, over > 0) && n.unsynced() {
+				n.refs++
+				flush = append(flush, n)
+			} else {
+				over -= c.sweepOne(n, now, over > 0)
 			}
 		}
 		n = prev
 	}
+	c.mu.Unlock()
+	if len(flush) == 0 {
+		return
+	}
+	for _, n := range flush {
+		c.flush(n)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now = c.now().UnixNano()
+	over = c.openCount.Load() - c.maxOpen
+	for _, n := range flush {
+		n.refs--
+		switch {
+		case n.gone:
+			if n.refs == 0 {
+				n.closeFds(c)
+			}
+		case n.refs == 0 && !n.unsynced():
+			over -= c.sweepOne(n, now, over > 0)
+		}
+	}
+}
+
+// idleAction reports whether the sweep would close or evict the
+// unreferenced node n. Called with mu held.
+func (c *nodeCache) idleAction(n *node, now int64, overOpen bool) bool {
+	idle := now - n.lastUse
+	return (!n.pinned && idle >= int64(c.nodeIdle)) ||
+		(n.hasIO() && (idle >= int64(c.openIdle) || overOpen))
+}
+
+// sweepOne evicts the unreferenced node n if idle for nodeIdle, or closes
+// its I/O descriptors if idle for openIdle or if too many are open. It
+// returns the number of descriptors closed. Called with mu held.
+func (c *nodeCache) sweepOne(n *node, now int64, overOpen bool) int64 {
+	idle := now - n.lastUse
+	before := c.openCount.Load()
+	switch {
+	case !n.pinned && idle >= int64(c.nodeIdle):
+		c.removeLocked(n)
+	case n.hasIO() && (idle >= int64(c.openIdle) || overOpen):
+		n.closeIO(c)
+	}
+	return before - c.openCount.Load()
 }
 
 // closeAll closes every descriptor; the server is shutting down and no

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"math"
 	"slices"
 
@@ -80,7 +81,7 @@ func (s *Server) read(id *identity, a *nfs3.ReadArgs, reply []byte) []byte {
 	data := b[start+readHeadSize:]
 	got := 0
 	for got < count {
-		k, err := unix.Pread(fd, data[got:], int64(a.Offset)+int64(got))
+		k, err := s.io.files.Pread(fd, data[got:], int64(a.Offset)+int64(got))
 		if err == unix.EINTR {
 			continue
 		}
@@ -96,6 +97,7 @@ func (s *Server) read(id *identity, a *nfs3.ReadArgs, reply []byte) []byte {
 		return fail(s.statusOf(err), nfs3.PostOpAttr{})
 	}
 	eof := a.Offset+uint64(got) >= uint64(st.Size)
+	s.readAhead(n, fd, a.Offset, uint64(count), st.Size)
 	// Fill in the head now that the attributes after the read are known.
 	attr := s.fattr(&st)
 	var head [readHeadSize]byte
@@ -146,17 +148,32 @@ func (s *Server) write(id *identity, a *nfs3.WriteArgs) (r nfs3.WriteRes) {
 		return r
 	}
 	data := a.Data[:a.Count]
-	for done := 0; done < len(data); {
-		k, err := unix.Pwrite(fd, data[done:], int64(a.Offset)+int64(done))
+	done := 0
+	for done < len(data) {
+		k, err := s.io.files.Pwrite(fd, data[done:], int64(a.Offset)+int64(done))
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
+			if done > 0 {
+				n.io.dirtyGen.Add(1)
+			}
+			if errors.Is(err, unix.EIO) {
+				// The device failed under the file: unstable data
+				// written before may be lost too. (ENOSPC, EFBIG...
+				// concern this write only, and it fails.)
+				n.io.syncMu.RLock()
+				err = s.latch(n, "write", err)
+				n.io.syncMu.RUnlock()
+			}
 			r.Status = s.statusOf(err)
 			r.Wcc.After = s.postOpOf(n)
 			return r
 		}
 		done += k
+	}
+	if done > 0 {
+		s.wrote(n, a.Offset, uint64(done), a.Stable == nfs3.Unstable)
 	}
 	// The write ran with the server's privileges, under which the kernel
 	// keeps set-id bits; drop them as it would for the caller.
@@ -167,17 +184,19 @@ func (s *Server) write(id *identity, a *nfs3.WriteArgs) (r nfs3.WriteRes) {
 			}
 		}
 	}
+	// A stable write's sync failing is latched (syncFile) as well as
+	// reported here: other clients' unstable data in the file may be what
+	// was lost, and their COMMIT must fail too.
 	r.Committed = nfs3.Unstable
 	switch a.Stable {
 	case nfs3.DataSync:
-		err = unix.Fdatasync(fd)
+		err = s.syncFile(n, fd, false)
 		r.Committed = nfs3.DataSync
 	case nfs3.FileSync:
-		err = unix.Fsync(fd)
+		err = s.syncFile(n, fd, true)
 		r.Committed = nfs3.FileSync
 	}
 	if err != nil {
-		s.rotateVerifier()
 		r.Status = s.statusOf(err)
 		r.Wcc.After = s.postOpOf(n)
 		return r
@@ -206,26 +225,15 @@ func (s *Server) commit(a *nfs3.CommitArgs) (r nfs3.CommitRes) {
 		r.Wcc.After = s.postOp(&st)
 		return r
 	}
-	// The verifier is read before syncing: if it changes meanwhile (a
-	// write-back error elsewhere), the client sees the mismatch and resends.
-	verf := s.WriteVerifier()
-	fd, err := s.ioFd(n, false)
-	if err == nil {
-		// fdatasync writes the data and whatever metadata reading it back
-		// needs (size, allocation), which is what COMMIT promises.
-		err = unix.Fdatasync(fd)
-		if err != nil {
-			// A write-back error may concern any unstable write to the
-			// file: make every client resend.
-			s.rotateVerifier()
-		}
-	}
-	if err != nil {
+	if err := s.commitFile(n); err != nil {
 		r.Status = s.statusOf(err)
 		r.Wcc.After = s.postOpOf(n)
 		return r
 	}
-	r.Verf = verf
+	// The verifier is read after the sync and its barrier: a write-back
+	// error that a concurrent sync saw, which may have hit this client's
+	// data, has changed it by then, so the client resends.
+	r.Verf = s.WriteVerifier()
 	r.Wcc.After = s.postOpOf(n)
 	return r
 }
