@@ -23,19 +23,29 @@ import (
 // runProxy runs the latency and RPC-counting proxy until SIGINT or SIGTERM,
 // or, as "proxy counts", queries a running one through its control socket.
 func runProxy(args []string) error {
-	if len(args) > 0 && args[0] == "counts" {
-		return runProxyCounts(args[1:])
+	if len(args) > 0 {
+		switch args[0] {
+		case "counts":
+			return runProxyCounts(args[1:])
+		case "faults":
+			return runProxyFaults(args[1:])
+		case "blackhole":
+			return runProxyBlackhole(args[1:])
+		}
 	}
 	fl := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fl.Usage = func() {
-		fmt.Fprintln(fl.Output(), "usage: hushfs proxy --target HOST:PORT [--listen ADDR] [--rtt D] [--control PATH]")
+		fmt.Fprintln(fl.Output(), "usage: hushfs proxy --target HOST:PORT [--listen ADDR] [--rtt D] [--control PATH] [FAULT FLAGS]")
 		fmt.Fprintln(fl.Output(), "       hushfs proxy counts --control PATH [--reset]")
+		fmt.Fprintln(fl.Output(), "       hushfs proxy faults --control PATH [--off | FAULT FLAGS]")
+		fmt.Fprintln(fl.Output(), "       hushfs proxy blackhole --control PATH DURATION")
 		fl.PrintDefaults()
 	}
 	listen := fl.String("listen", "127.0.0.1:0", "TCP address to listen on")
 	target := fl.String("target", "", "host:port to forward to (required)")
 	rtt := fl.Duration("rtt", 0, "round trip time to add (half in each direction)")
-	control := fl.String("control", "", "unix socket answering \"counts\" and \"reset\" lines with the counts as JSON")
+	control := fl.String("control", "", "unix socket answering command lines (counts, reset, faults, blackhole) in JSON")
+	faults := faultFlags(fl)
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -45,6 +55,10 @@ func runProxy(args []string) error {
 	if *target == "" {
 		return errors.New("--target is required")
 	}
+	f, err := faults()
+	if err != nil {
+		return err
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -53,6 +67,7 @@ func runProxy(args []string) error {
 		Listen: *listen,
 		Target: *target,
 		RTT:    *rtt,
+		Faults: f,
 		Logf: func(format string, a ...any) {
 			fmt.Fprintf(os.Stderr, "hushfs "+format+"\n", a...)
 		},
@@ -76,6 +91,10 @@ func runProxy(args []string) error {
 		line += " control " + *control
 	}
 	fmt.Println(line)
+	if f.Active() {
+		b, _ := json.Marshal(f)
+		fmt.Printf("hushfs proxy: faults %s\n", b)
+	}
 
 	<-ctx.Done()
 	if ctl != nil {
@@ -87,12 +106,18 @@ func runProxy(args []string) error {
 	return json.NewEncoder(os.Stdout).Encode(p.Counts())
 }
 
-// controlServer answers line commands on a unix socket:
+// controlServer answers line commands on a unix socket, each with one JSON
+// line:
 //
-//	counts  → the counts as one JSON line
-//	reset   → the counts as one JSON line, zeroed in the same step
+//	counts          → the counts
+//	reset           → the counts, zeroed in the same step
+//	faults          → the faults in force (proxy.Faults)
+//	faults off      → turns every fault off; answers the faults in force
+//	faults {JSON}   → sets the faults (proxy.Faults); answers them
+//	blackhole DUR   → starts a blackhole of DUR (e.g. 5s) now; answers
+//	                  {"until": TIME}
 //
-// Anything else gets {"error": "..."}.
+// Anything else, or a failure, gets {"error": "..."}.
 type controlServer struct {
 	path string
 	ln   net.Listener
@@ -154,15 +179,49 @@ func (s *controlServer) handle(c net.Conn, p *proxy.Proxy) {
 	enc := json.NewEncoder(c)
 	for sc.Scan() {
 		var err error
-		switch cmd := strings.TrimSpace(sc.Text()); cmd {
-		case "":
+		cmd, arg, _ := strings.Cut(strings.TrimSpace(sc.Text()), " ")
+		arg = strings.TrimSpace(arg)
+		fail := func(e error) error { return enc.Encode(map[string]string{"error": e.Error()}) }
+		switch {
+		case cmd == "":
 			continue
-		case "counts":
+		case cmd == "counts" && arg == "":
 			err = enc.Encode(p.Counts())
-		case "reset":
+		case cmd == "reset" && arg == "":
 			err = enc.Encode(p.TakeCounts())
+		case cmd == "faults":
+			var f proxy.Faults
+			var perr error
+			switch arg {
+			case "":
+				f = p.Faults()
+			case "off":
+				perr = p.SetFaults(proxy.Faults{})
+			default:
+				dec := json.NewDecoder(strings.NewReader(arg))
+				dec.DisallowUnknownFields()
+				if perr = dec.Decode(&f); perr == nil {
+					perr = p.SetFaults(f)
+				}
+			}
+			if perr != nil {
+				err = fail(perr)
+			} else {
+				err = enc.Encode(p.Faults())
+			}
+		case cmd == "blackhole":
+			d, perr := time.ParseDuration(arg)
+			var until time.Time
+			if perr == nil {
+				until, perr = p.Blackhole(d)
+			}
+			if perr != nil {
+				err = fail(fmt.Errorf("blackhole %q: %w", arg, perr))
+			} else {
+				err = enc.Encode(map[string]time.Time{"until": until})
+			}
 		default:
-			err = enc.Encode(map[string]string{"error": fmt.Sprintf("unknown command %q (want counts or reset)", cmd)})
+			err = fail(fmt.Errorf("unknown command %q (want counts, reset, faults or blackhole)", sc.Text()))
 		}
 		if err != nil {
 			return
@@ -183,6 +242,137 @@ func (s *controlServer) close() {
 	})
 }
 
+// faultFlags registers the fault flags on fl; the function returned reads
+// them into a proxy.Faults once fl is parsed.
+func faultFlags(fl *flag.FlagSet) func() (proxy.Faults, error) {
+	var f proxy.Faults
+	fl.Uint64Var(&f.Seed, "seed", 0, "seed of the fault generator (probabilities, jitter)")
+	fl.Uint64Var(&f.CloseEvery, "close-every", 0, "close a connection right after every Nth call is forwarded")
+	fl.Float64Var(&f.CloseProb, "close-prob", 0, "close a connection after a call with this probability")
+	fl.DurationVar(&f.BlackholeFor, "blackhole", 0, "blackhole length: forward nothing, drop every record, for this long")
+	fl.Uint64Var(&f.BlackholeAfter, "blackhole-after", 0, "start the blackhole after N calls (and the next N calls after one ends)")
+	fl.DurationVar(&f.BlackholeAt, "blackhole-at", 0, "start the blackhole this long after start (and after one ends); used without --blackhole-after")
+	fl.IntVar(&f.BlackholeCount, "blackhole-count", 0, "number of blackholes (0: one, -1: no limit)")
+	fl.DurationVar(&f.Jitter, "jitter", 0, "delay each reply by a further random time up to this")
+	fl.Uint64Var(&f.DupEvery, "dup-every", 0, "send every Nth call to the server twice (the first reply dropped, the call resent)")
+	fl.Float64Var(&f.DupProb, "dup-prob", 0, "send a call twice with this probability")
+	procs := fl.String("dup-procs", "", "duplicate only these procedures: NFSv3 names, prog/vers/proc, or nonidempotent")
+	fl.BoolVar(&f.DupImmediate, "dup-immediate", false, "send the copy right behind the call and forward the first reply")
+	fl.DurationVar(&f.DupDelay, "dup-delay", 0, "send the copy this long after the first reply (without --dup-immediate)")
+	fl.Uint64Var(&f.TruncateEvery, "truncate-every", 0, "cut every Nth call short, then close its connection")
+	fl.Float64Var(&f.TruncateProb, "truncate-prob", 0, "cut a call short with this probability")
+	fl.IntVar(&f.SlowRead, "slow-read", 0, "read from the server at most N bytes at a time")
+	fl.DurationVar(&f.SlowReadPause, "slow-read-pause", 0, "pause after each slow read")
+	fl.IntVar(&f.SlowReadBuffer, "slow-read-buffer", 0, "receive buffer (bytes) of connections to the server")
+	return func() (proxy.Faults, error) {
+		if *procs != "" {
+			k, err := proxy.ParseProcs(*procs)
+			if err != nil {
+				return f, fmt.Errorf("--dup-procs: %w", err)
+			}
+			f.DupProcs = k
+		}
+		return f, f.Validate()
+	}
+}
+
+// controlCall sends one command line to a running proxy's control socket
+// and returns its JSON answer, or the error it reports.
+func controlCall(path, cmd string) (string, error) {
+	c, err := net.DialTimeout("unix", path, 5*time.Second)
+	if err != nil {
+		return "", fmt.Errorf("control socket: %w", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, cmd+"\n"); err != nil {
+		return "", fmt.Errorf("control socket: send: %w", err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("control socket: read reply: %w", err)
+	}
+	var reply struct {
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(line), &reply); err != nil {
+		return "", fmt.Errorf("control socket: bad reply %q: %w", line, err)
+	}
+	if reply.Error != "" {
+		return "", fmt.Errorf("control socket: %s", reply.Error)
+	}
+	return line, nil
+}
+
+// runProxyFaults shows, sets or turns off a running proxy's faults and
+// prints those in force as one JSON line. Setting replaces every fault:
+// flags not given are off.
+func runProxyFaults(args []string) error {
+	fl := flag.NewFlagSet("proxy faults", flag.ContinueOnError)
+	control := fl.String("control", "", "control socket of the running proxy (required)")
+	off := fl.Bool("off", false, "turn every fault off")
+	faults := faultFlags(fl)
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	if fl.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fl.Args())
+	}
+	if *control == "" {
+		return errors.New("--control is required")
+	}
+	set := false
+	fl.Visit(func(f *flag.Flag) { set = set || (f.Name != "control" && f.Name != "off") })
+	cmd := "faults"
+	switch {
+	case *off && set:
+		return errors.New("--off with fault flags")
+	case *off:
+		cmd = "faults off"
+	case set:
+		f, err := faults()
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(f)
+		if err != nil {
+			return err
+		}
+		cmd = "faults " + string(b)
+	}
+	line, err := controlCall(*control, cmd)
+	if err != nil {
+		return err
+	}
+	_, err = os.Stdout.WriteString(line)
+	return err
+}
+
+// runProxyBlackhole starts a blackhole in a running proxy now.
+func runProxyBlackhole(args []string) error {
+	fl := flag.NewFlagSet("proxy blackhole", flag.ContinueOnError)
+	control := fl.String("control", "", "control socket of the running proxy (required)")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	if fl.NArg() != 1 {
+		return errors.New("want one DURATION, e.g. 5s")
+	}
+	if *control == "" {
+		return errors.New("--control is required")
+	}
+	d, err := time.ParseDuration(fl.Arg(0))
+	if err != nil {
+		return err
+	}
+	line, err := controlCall(*control, "blackhole "+d.String())
+	if err != nil {
+		return err
+	}
+	_, err = os.Stdout.WriteString(line)
+	return err
+}
+
 // runProxyCounts prints the counts of a running proxy, as one JSON line.
 func runProxyCounts(args []string) error {
 	fl := flag.NewFlagSet("proxy counts", flag.ContinueOnError)
@@ -197,31 +387,13 @@ func runProxyCounts(args []string) error {
 	if *control == "" {
 		return errors.New("--control is required")
 	}
-	c, err := net.DialTimeout("unix", *control, 5*time.Second)
-	if err != nil {
-		return fmt.Errorf("control socket: %w", err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	cmd := "counts\n"
+	cmd := "counts"
 	if *reset {
-		cmd = "reset\n"
+		cmd = "reset"
 	}
-	if _, err := io.WriteString(c, cmd); err != nil {
-		return fmt.Errorf("control socket: send: %w", err)
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err := controlCall(*control, cmd)
 	if err != nil {
-		return fmt.Errorf("control socket: read reply: %w", err)
-	}
-	var reply struct {
-		Error string `json:"error"`
-	}
-	if err := json.Unmarshal([]byte(line), &reply); err != nil {
-		return fmt.Errorf("control socket: bad reply %q: %w", line, err)
-	}
-	if reply.Error != "" {
-		return fmt.Errorf("control socket: %s", reply.Error)
+		return err
 	}
 	_, err = os.Stdout.WriteString(line)
 	return err

@@ -98,6 +98,50 @@ func (fs *FS) setName(dir *inode, name string, node NodeID, at time.Time, kernel
 	dir.mu.Unlock()
 }
 
+// applyDirOpWcc applies the wcc data of a directory operation on name
+// that ended with status. A successful operation explains a change from
+// the version we had (applyWcc). A failed one changed nothing, so a change
+// its wcc data shows is someone else's: as when a retransmitted call meets
+// its own first transmission still at work in the server, which then
+// answers EEXIST with the directory changed between before and after.
+//
+// A failure with status contradiction (EEXIST for a create, ENOENT for a
+// remove) also says that name is not what the caches may hold. The
+// directory's version does not always show the change that made it so
+// (timestamps are not always fine enough), so the name is dropped outright
+// and the next lookup asks the server.
+func (fs *FS) applyDirOpWcc(dir *inode, w *nfs3.WccData, at time.Time, status nfs3.Status, name string, contradiction nfs3.Status) {
+	if status == nfs3.OK {
+		fs.applyWcc(dir, w, at, false)
+		return
+	}
+	if w.Before.Present && w.After.Present {
+		b, a := &w.Before.Attr, &w.After.Attr
+		if b.Size != a.Size || b.Mtime != a.Mtime || b.Ctime != a.Ctime {
+			foreign := *w
+			foreign.Before.Present = false // not ours, whatever it matches
+			w = &foreign
+		}
+	}
+	fs.applyWcc(dir, w, at, false)
+	if contradiction == 0 || status != contradiction {
+		return
+	}
+	dir.mu.Lock()
+	_, known := dir.names[name]
+	delete(dir.names, name)
+	if dir.list != nil {
+		_, listed := dir.list.entries[name]
+		if listed == (status == nfs3.ErrNoEnt) {
+			dir.list = nil
+		}
+	}
+	dir.mu.Unlock()
+	if known {
+		fs.notify.InvalidateEntry(dir.id, name)
+	}
+}
+
 // knownChild returns the node name in dir was last seen to be, even if the
 // entry is no longer current, or nil.
 func (fs *FS) knownChild(dir *inode, name string) *inode {

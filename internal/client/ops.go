@@ -259,7 +259,7 @@ func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
 // referenced node, asking for the handle or attributes if the server left
 // them out, as RFC 1813 allows.
 func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string, res *nfs3.CreateRes, at time.Time) (Entry, error) {
-	fs.applyWcc(dir, &res.DirWcc, at, false)
+	fs.applyDirOpWcc(dir, &res.DirWcc, at, res.Status, name, nfs3.ErrExist)
 	if res.Status != nfs3.OK {
 		return Entry{}, res.Status
 	}
@@ -430,7 +430,7 @@ func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName s
 	if err := fs.call(ctx, c, nfs3.ProcLink, &args, &res); err != nil {
 		return Entry{}, err
 	}
-	fs.applyWcc(dir, &res.LinkDirWcc, at, false)
+	fs.applyDirOpWcc(dir, &res.LinkDirWcc, at, res.Status, newName, nfs3.ErrExist)
 	fs.applyAttr(n, &res.FileAttr, at)
 	if !res.FileAttr.Present {
 		n.invalidateAttr() // nlink and ctime changed
@@ -477,7 +477,7 @@ func (fs *FS) remove(ctx context.Context, c *Cred, dir *inode, name string, proc
 	if err := fs.call(ctx, c, proc, &args, &res); err != nil {
 		return err
 	}
-	fs.applyWcc(dir, &res.DirWcc, at, false)
+	fs.applyDirOpWcc(dir, &res.DirWcc, at, res.Status, name, nfs3.ErrNoEnt)
 	if res.Status != nfs3.OK {
 		return res.Status
 	}
@@ -537,9 +537,9 @@ func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, 
 	if err := fs.call(ctx, c, nfs3.ProcRename, &args, &res); err != nil {
 		return err
 	}
-	fs.applyWcc(from, &res.FromDirWcc, at, false)
+	fs.applyDirOpWcc(from, &res.FromDirWcc, at, res.Status, oldName, nfs3.ErrNoEnt)
 	if to != from {
-		fs.applyWcc(to, &res.ToDirWcc, at, false)
+		fs.applyDirOpWcc(to, &res.ToDirWcc, at, res.Status, "", 0)
 	}
 	if res.Status != nfs3.OK {
 		return res.Status

@@ -44,12 +44,14 @@
 //
 // # Cancellation
 //
-// Requests are not abandoned when the kernel sends INTERRUPT: the kernel
-// does so for any signal, and an EINTR reply would reach processes that
-// handle a signal and carry on (and Go programs, which the runtime signals
-// constantly) from operations they never expect to fail that way. A fatal
-// signal ends the caller's wait in the kernel without us. This is an NFS
-// mount's behaviour (intr is ignored); see reqCtx.
+// A request waiting for the server fails with EINTR when its caller is
+// interrupted by a signal, as on an NFS mount with intr: the caller has a
+// signal pending that it neither blocks nor ignores (a killed caller
+// included). SIGURG is the exception: the Go runtime sends it to its own
+// threads all the time to preempt goroutines, and the kernel passes that on
+// as an INTERRUPT of whatever request the thread waits for. close and
+// fsync write back regardless: an interrupted close does not take the
+// file's data with it. See reqCtx.
 //
 // # Statistics
 //

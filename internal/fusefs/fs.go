@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -37,7 +38,9 @@ type FS struct {
 	logf    func(string, ...any)
 	blksize uint32 // st_blksize reported for every file
 	owner   uint32 // the mounting user: may reset the statistics, with root
-	dying   func(tid uint32) bool
+	// signalled reports whether a calling thread has a signal pending
+	// that interrupts its request (see reqCtx).
+	signalled func(tid uint32) bool
 
 	notifier *notifier // set by Init
 }
@@ -67,7 +70,7 @@ func New(core *client.FS, opts Options) *FS {
 		logf:          opts.Logf,
 		blksize:       blksize,
 		owner:         uint32(os.Geteuid()),
-		dying:         func(tid uint32) bool { return threadDying(opts.ProcDir, tid) },
+		signalled:     func(tid uint32) bool { return callerSignalled(opts.ProcDir, tid) },
 	}
 }
 
@@ -80,25 +83,30 @@ func status(err error) fuse.Status {
 }
 
 // reqCtx is a request's context. It names the kernel operation, which the
-// core counts RPCs by (client.OriginKey), and it is cancelled the way an
-// NFS mount's calls are: only by a fatal signal.
+// core counts RPCs by (client.OriginKey), and it is cancelled, the request
+// then failing with EINTR, when the calling thread is interrupted by a
+// signal.
 //
-// The kernel interrupts a request (go-fuse closes its cancel channel) for
-// any signal the caller gets, including ones it handles and carries on
-// after and the Go runtime's preemption signals; answering those with EINTR
-// would break stat, close or a page fault (SIGBUS) in programs that never
-// expect it. But a request already handed to us is one the kernel waits
-// out even for SIGKILL, so a killed process would hang on a dead server
-// unless we let it go. So an interrupt is honoured only when the calling
-// thread is dying: SIGKILL pending, which is also what a signal whose
-// default action kills (Ctrl-C on cat) becomes. The check needs a goroutine
-// only while the request waits in an RPC (Done was called), and it ends
-// with the request.
+// The kernel sends INTERRUPT (go-fuse closes the cancel channel) when the
+// thread waiting for the request has a signal pending, and the signal
+// stays pending until the request ends: the thread cannot take it while
+// it waits. So whether to honour an INTERRUPT is read from /proc: honoured
+// if the caller has any signal pending (for the thread, or shared by its
+// process) that it neither blocks nor ignores, except SIGURG. SIGURG is
+// the Go runtime's preemption signal, sent to its threads constantly, and
+// ignored by default everywhere else: Go programs using the mount would
+// otherwise see their calls fail at random. A signal whose default action
+// kills shows up as SIGKILL pending, so a killed process is let go too
+// even though a request already handed to us is one the kernel waits out
+// even for SIGKILL. An INTERRUPT not honoured at once (SIGURG alone) is
+// checked again every 200 ms while the request waits, since the kernel
+// sends only one per request. The check needs a goroutine only while the
+// request waits in an RPC (Done was called), and it ends with the request.
 type reqCtx struct {
-	op     string
-	cancel <-chan struct{} // go-fuse's: closed on INTERRUPT
-	tid    uint32          // the calling thread
-	dying  func(tid uint32) bool
+	op        string
+	cancel    <-chan struct{} // go-fuse's: closed on INTERRUPT
+	tid       uint32          // the calling thread
+	signalled func(tid uint32) bool
 
 	once     sync.Once
 	done     chan struct{} // closed when cancelled
@@ -108,7 +116,7 @@ type reqCtx struct {
 
 // request returns the context of a request for operation op.
 func (fs *FS) request(cancel <-chan struct{}, h *fuse.InHeader, op string) *reqCtx {
-	return &reqCtx{op: op, cancel: cancel, tid: h.Caller.Pid, dying: fs.dying}
+	return &reqCtx{op: op, cancel: cancel, tid: h.Caller.Pid, signalled: fs.signalled}
 }
 
 func (c *reqCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -137,8 +145,8 @@ func (c *reqCtx) Done() <-chan struct{} {
 	return c.done
 }
 
-// watch cancels the request if it is interrupted and its caller is dying,
-// or dies while it still waits.
+// watch cancels the request once it is interrupted and its caller has (or
+// later gets, while the request waits) a signal pending that counts.
 func (c *reqCtx) watch() {
 	select {
 	case <-c.finished:
@@ -146,7 +154,7 @@ func (c *reqCtx) watch() {
 	case <-c.cancel:
 	}
 	for tick := time.NewTicker(200 * time.Millisecond); ; {
-		if c.dying(c.tid) {
+		if c.signalled(c.tid) {
 			c.err.Store(context.Canceled)
 			close(c.done)
 			tick.Stop()
@@ -169,24 +177,66 @@ func (c *reqCtx) finish() {
 	}
 }
 
-// threadDying reports whether a thread has SIGKILL pending (it is being
-// killed), from /proc.
-func threadDying(procDir string, tid uint32) bool {
+// callerSignalled reports whether thread tid has a signal pending that
+// interrupts it: pending for the thread or its process, not blocked by the
+// thread, not ignored, and not SIGURG. A thread that is gone counts (it
+// was killed).
+func callerSignalled(procDir string, tid uint32) bool {
+	m, err := readSigMasks(procDir, tid)
+	if err != nil {
+		return os.IsNotExist(err) || errors.Is(err, syscall.ESRCH) // gone already
+	}
+	return m.interrupts()
+}
+
+// sigMasks are a thread's signal masks from /proc/TID/status: bit n-1
+// stands for signal n.
+type sigMasks struct {
+	pending uint64 // SigPnd | ShdPnd: for the thread, and for its process
+	blocked uint64 // SigBlk, the thread's
+	ignored uint64 // SigIgn, the process's
+}
+
+const (
+	sigKillBit = 1 << (uint(syscall.SIGKILL) - 1)
+	sigURGBit  = 1 << (uint(syscall.SIGURG) - 1)
+)
+
+// interrupts applies the rule of reqCtx to the masks.
+func (m sigMasks) interrupts() bool {
+	// SIGKILL can be neither blocked nor ignored, whatever the masks say.
+	return m.pending&sigKillBit != 0 || m.pending&^(m.blocked|m.ignored|sigURGBit) != 0
+}
+
+func readSigMasks(procDir string, tid uint32) (sigMasks, error) {
+	var m sigMasks
 	b, err := os.ReadFile(fmt.Sprintf("%s/%d/status", procDir, tid))
 	if err != nil {
-		return os.IsNotExist(err) // gone already
+		return m, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		field, val, ok := strings.Cut(line, ":")
-		if !ok || (field != "SigPnd" && field != "ShdPnd") {
+		if !ok {
+			continue
+		}
+		var dst *uint64
+		switch field {
+		case "SigPnd", "ShdPnd":
+			dst = &m.pending
+		case "SigBlk":
+			dst = &m.blocked
+		case "SigIgn":
+			dst = &m.ignored
+		default:
 			continue
 		}
 		mask, err := strconv.ParseUint(strings.TrimSpace(val), 16, 64)
-		if err == nil && mask&(1<<(uint(syscall.SIGKILL)-1)) != 0 {
-			return true
+		if err != nil {
+			return m, fmt.Errorf("%s/%d/status: %s: %w", procDir, tid, field, err)
 		}
+		*dst |= mask
 	}
-	return false
+	return m, nil
 }
 
 // node converts a FUSE node ID.

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"sync/atomic"
 	"syscall"
@@ -16,17 +18,19 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"hushfs/internal/client"
 )
 
 // TestRequestCtx: a request's context carries the kernel operation for the
-// statistics, ignores an INTERRUPT while its caller lives on, and is
-// cancelled once the caller is dying (SIGKILL pending).
+// statistics, ignores an INTERRUPT while its caller has no signal pending
+// that counts, and is cancelled once it has one, even if that comes after
+// the INTERRUPT.
 func TestRequestCtx(t *testing.T) {
 	ch := make(chan struct{})
-	var dying atomic.Bool
-	fs := &FS{dying: func(uint32) bool { return dying.Load() }}
+	var signalled atomic.Bool
+	fs := &FS{signalled: func(uint32) bool { return signalled.Load() }}
 	h := fuse.InHeader{}
 	c := fs.request(ch, &h, "open")
 	defer c.finish()
@@ -40,20 +44,20 @@ func TestRequestCtx(t *testing.T) {
 		t.Error("the operation is not the RPCs' origin")
 	}
 	done := c.Done()
-	close(ch) // the kernel sent INTERRUPT: a handled signal, say
+	close(ch) // the kernel sent INTERRUPT: for SIGURG, say
 	select {
 	case <-done:
-		t.Fatal("the request's context ended on INTERRUPT of a caller that lives on")
+		t.Fatal("the request's context ended on INTERRUPT without a signal that counts")
 	case <-time.After(300 * time.Millisecond):
 	}
 	if c.Err() != nil {
 		t.Errorf("Err after INTERRUPT = %v, want nil", c.Err())
 	}
-	dying.Store(true) // then the caller is killed
+	signalled.Store(true) // then the caller gets SIGINT
 	select {
 	case <-done:
 	case <-time.After(2 * time.Second):
-		t.Fatal("the request's context did not end when its caller was dying")
+		t.Fatal("the request's context did not end when its caller was signalled")
 	}
 	if c.Err() != context.Canceled {
 		t.Errorf("Err = %v, want context.Canceled", c.Err())
@@ -64,18 +68,88 @@ func TestRequestCtx(t *testing.T) {
 	c2.finish()
 }
 
-// TestThreadDying reads SIGKILL from /proc's pending masks.
-func TestThreadDying(t *testing.T) {
+// TestCallerSignalled applies the interrupt rule to /proc status files:
+// any pending signal counts unless it is blocked, ignored or SIGURG;
+// SIGKILL always counts, and so does a thread that is gone.
+func TestCallerSignalled(t *testing.T) {
 	dir := t.TempDir()
-	os.MkdirAll(filepath.Join(dir, "7"), 0o755)
-	os.WriteFile(filepath.Join(dir, "7", "status"), []byte("Name:\tcat\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000000100\n"), 0o644)
-	os.MkdirAll(filepath.Join(dir, "8"), 0o755)
-	os.WriteFile(filepath.Join(dir, "8", "status"), []byte("Name:\tgo\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000008000\n"), 0o644)
-	if !threadDying(dir, 7) || threadDying(dir, 8) {
-		t.Errorf("threadDying: pending SIGKILL %v, pending SIGURG %v", threadDying(dir, 7), threadDying(dir, 8))
+	const (
+		intr = "0000000000000002" // SIGINT
+		kill = "0000000000000100" // SIGKILL
+		urg  = "0000000000400000" // SIGURG
+		zero = "0000000000000000"
+	)
+	for i, tc := range []struct {
+		sigPnd, shdPnd, sigBlk, sigIgn string
+		want                           bool
+	}{
+		{zero, zero, zero, zero, false},
+		{zero, kill, zero, zero, true},
+		{kill, zero, "ffffffffffffffff", "ffffffffffffffff", true},
+		{zero, urg, zero, zero, false},
+		{urg, zero, zero, zero, false},
+		{intr, zero, zero, zero, true},
+		{zero, intr, zero, zero, true},
+		{zero, intr, intr, zero, false},
+		{intr, zero, zero, intr, false},
+		{urg, intr, zero, zero, true},
+		{zero, "0000000000010000", zero, zero, true}, // SIGCHLD caught
+	} {
+		d := filepath.Join(dir, fmt.Sprint(i+1))
+		os.MkdirAll(d, 0o755)
+		status := fmt.Sprintf("Name:\tx\nSigQ:\t0/127368\nSigPnd:\t%s\nShdPnd:\t%s\nSigBlk:\t%s\nSigIgn:\t%s\nSigCgt:\t0000000000000000\n",
+			tc.sigPnd, tc.shdPnd, tc.sigBlk, tc.sigIgn)
+		os.WriteFile(filepath.Join(d, "status"), []byte(status), 0o644)
+		if got := callerSignalled(dir, uint32(i+1)); got != tc.want {
+			t.Errorf("pending %s/%s blocked %s ignored %s: %v, want %v", tc.sigPnd, tc.shdPnd, tc.sigBlk, tc.sigIgn, got, tc.want)
+		}
 	}
-	if !threadDying(dir, 9) {
-		t.Error("a thread that is gone should count as dying")
+	if !callerSignalled(dir, 999) {
+		t.Error("a thread that is gone should count as signalled")
+	}
+}
+
+// TestSigMasksReal reads the masks of a real thread that blocks SIGUSR1
+// and has it pending: it shows as pending and blocked, so it does not
+// interrupt.
+func TestSigMasksReal(t *testing.T) {
+	notified := make(chan os.Signal, 1)
+	signal.Notify(notified, syscall.SIGUSR1)
+	defer signal.Stop(notified)
+	type result struct {
+		m   sigMasks
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with its odd mask
+		var set, old unix.Sigset_t
+		set.Val[0] = 1 << (uint(syscall.SIGUSR1) - 1)
+		if err := unix.PthreadSigmask(unix.SIG_BLOCK, &set, &old); err != nil {
+			res <- result{err: err}
+			return
+		}
+		tid := unix.Gettid()
+		if err := unix.Tgkill(unix.Getpid(), tid, syscall.SIGUSR1); err != nil {
+			res <- result{err: err}
+			return
+		}
+		m, err := readSigMasks("/proc", uint32(tid))
+		unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil) // delivered now, to notified
+		res <- result{m, err}
+	}()
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	bit := uint64(1) << (uint(syscall.SIGUSR1) - 1)
+	if r.m.pending&bit == 0 || r.m.blocked&bit == 0 || r.m.interrupts() {
+		t.Errorf("masks %+v: want SIGUSR1 pending and blocked, not interrupting", r.m)
+	}
+	select {
+	case <-notified:
+	case <-time.After(5 * time.Second):
+		t.Error("SIGUSR1 was not delivered once unblocked")
 	}
 }
 

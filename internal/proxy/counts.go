@@ -80,6 +80,8 @@ type Counts struct {
 	// that were closed because the target could not be reached.
 	Conns      uint64 `json:"conns"`
 	DialErrors uint64 `json:"dial_errors"`
+	// Faults counts the faults injected (see Faults).
+	Faults FaultCounts `json:"faults"`
 }
 
 // NFS3 returns the number of NFSv3 calls of procedure proc.
@@ -97,6 +99,7 @@ type counters struct {
 	unparsedReplies uint64
 	conns           uint64
 	dialErrors      uint64
+	faults          FaultCounts
 
 	bytesIn, bytesOut atomic.Uint64
 }
@@ -145,6 +148,13 @@ func (c *counters) dialError() {
 	c.mu.Unlock()
 }
 
+// fault updates the fault counts.
+func (c *counters) fault(f func(*FaultCounts)) {
+	c.mu.Lock()
+	f(&c.faults)
+	c.mu.Unlock()
+}
+
 // snapshot copies the counters, zeroing them when reset is set; with reset
 // no event is lost between the copy and the zeroing.
 func (c *counters) snapshot(reset bool) Counts {
@@ -159,6 +169,7 @@ func (c *counters) snapshot(reset bool) Counts {
 		UnparsedReplies: c.unparsedReplies,
 		Conns:           c.conns,
 		DialErrors:      c.dialErrors,
+		Faults:          c.faults,
 	}
 	if reset {
 		s.BytesIn = c.bytesIn.Swap(0)
@@ -166,6 +177,7 @@ func (c *counters) snapshot(reset bool) Counts {
 		c.calls = map[ProcKey]uint64{}
 		c.writeStable = map[uint32]uint64{}
 		c.replies, c.unparsedCalls, c.unparsedReplies, c.conns, c.dialErrors = 0, 0, 0, 0, 0
+		c.faults = FaultCounts{}
 	} else {
 		s.BytesIn = c.bytesIn.Load()
 		s.BytesOut = c.bytesOut.Load()

@@ -11,6 +11,12 @@ type chunk struct {
 	pooled *[]byte // the pool buffer data lives in, or nil
 	due    time.Time
 	cost   int // bytes charged against the line's budget
+	// recEnd: the chunk ends at a record boundary of the stream, where a
+	// whole record may be slipped in.
+	recEnd bool
+	// closeAfter, unless closeNone, closes the connection on both sides
+	// once the chunk is written (a fault).
+	closeAfter uint8
 }
 
 // delayLine is a FIFO of chunks for one direction of one connection. The
@@ -29,6 +35,10 @@ type delayLine struct {
 	q    []chunk
 	used int
 	eof  bool
+	// inj holds whole records to be written at the next record boundary,
+	// ahead of the queue (duplicated calls). They are few and small, and
+	// not charged against the budget.
+	inj []injected
 
 	// One producer and one consumer, so a one-slot channel per condition
 	// is enough: a poke made between a check and a wait stays pending.
@@ -89,6 +99,21 @@ func (l *delayLine) closeInput() {
 	poke(l.hasData)
 }
 
+// injected is a whole record waiting to be slipped into the stream.
+type injected struct {
+	rec []byte
+	due time.Time
+}
+
+// inject queues a whole record to be written at the first record boundary
+// from due on.
+func (l *delayLine) inject(rec []byte, due time.Time) {
+	l.mu.Lock()
+	l.inj = append(l.inj, injected{rec, due})
+	l.mu.Unlock()
+	poke(l.hasData)
+}
+
 // lineState is what next found.
 type lineState int
 
@@ -104,32 +129,41 @@ const maxBatch = 64
 
 // next waits until the head chunk is due and returns it with every other
 // chunk already due (up to maxBatch), appended to out[:0]. The caller
-// passes the chunks to release once written.
-func (l *delayLine) next(out []chunk) ([]chunk, lineState) {
+// passes the chunks to release once written. When the caller's stream is
+// at a record boundary (atBoundary) a due injected record comes first,
+// alone.
+func (l *delayLine) next(out []chunk, atBoundary bool) ([]chunk, lineState) {
 	out = out[:0]
 	for {
 		l.mu.Lock()
+		now := time.Now()
+		var injDue time.Time // of an injected record that can go later
+		if atBoundary && len(l.inj) > 0 {
+			if in := l.inj[0]; !in.due.After(now) {
+				l.inj[0] = injected{}
+				l.inj = l.inj[1:]
+				l.mu.Unlock()
+				return append(out, chunk{data: in.rec, recEnd: true}), lineReady
+			}
+			injDue = l.inj[0].due
+		}
 		if len(l.q) == 0 {
 			eof := l.eof
 			l.mu.Unlock()
 			if eof {
 				return out, lineEOF
 			}
-			select {
-			case <-l.hasData:
-			case <-l.abort:
+			if !l.wait(injDue, now) {
 				return out, lineAborted
 			}
 			continue
 		}
-		now := time.Now()
-		if wait := l.q[0].due.Sub(now); wait > 0 {
+		if head := l.q[0].due; head.After(now) {
 			l.mu.Unlock()
-			l.timer.Reset(wait)
-			select {
-			case <-l.timer.C:
-			case <-l.abort:
-				l.timer.Stop()
+			if injDue.IsZero() || head.Before(injDue) {
+				injDue = head
+			}
+			if !l.wait(injDue, now) {
 				return out, lineAborted
 			}
 			continue
@@ -146,6 +180,24 @@ func (l *delayLine) next(out []chunk) ([]chunk, lineState) {
 		l.mu.Unlock()
 		return out, lineReady
 	}
+}
+
+// wait waits until until (if not zero), new data or an injected record, or
+// the abort; it reports false on abort.
+func (l *delayLine) wait(until, now time.Time) bool {
+	var tc <-chan time.Time
+	if !until.IsZero() {
+		l.timer.Reset(until.Sub(now))
+		defer l.timer.Stop()
+		tc = l.timer.C
+	}
+	select {
+	case <-tc:
+	case <-l.hasData:
+	case <-l.abort:
+		return false
+	}
+	return true
 }
 
 // release returns the budget of chunks handed out by next.

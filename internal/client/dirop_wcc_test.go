@@ -1,0 +1,105 @@
+package client
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"hushfs/internal/nfs3"
+)
+
+// TestFailedDirOpWcc: a failed directory operation changed nothing, so it
+// never vouches for the caches. The wcc data of an EEXIST showing the
+// directory changed from our version is someone else's change (here: a
+// retransmitted MKDIR meeting its own first transmission in the server);
+// and an EEXIST or ENOENT that contradicts a cached name drops that name
+// even when the directory's version shows no change (timestamps too
+// coarse). In each case the next lookup asks the server and finds what is
+// really there.
+func TestFailedDirOpWcc(t *testing.T) {
+	ts := startServer(t)
+	fs := ts.mount(t, "")
+	ctx := ctxT(t)
+	dir := fs.nodes.get(RootID)
+	version := func() nfs3.WccAttr {
+		dir.mu.Lock()
+		defer dir.mu.Unlock()
+		return nfs3.WccAttr{Size: dir.attr.Size, Mtime: dir.attr.Mtime, Ctime: dir.attr.Ctime}
+	}
+	attrs := func() nfs3.Fattr {
+		dir.mu.Lock()
+		defer dir.mu.Unlock()
+		return dir.attr
+	}
+	negative := func(name string) {
+		t.Helper()
+		if _, err := fs.Lookup(ctx, root, RootID, name); Errno(err) != syscall.ENOENT {
+			t.Fatalf("lookup %s: %v, want ENOENT", name, err)
+		}
+		dir.mu.Lock()
+		d := dir.names[name]
+		dir.mu.Unlock()
+		if d == nil || d.node != 0 {
+			t.Fatalf("no negative entry cached for %s", name)
+		}
+	}
+
+	// EEXIST whose wcc data shows a change from the version we had.
+	negative("a")
+	if err := os.Mkdir(filepath.Join(ts.dir, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before, after := version(), attrs()
+	after.Mtime.Nseconds = (after.Mtime.Nseconds + 1) % 1e9
+	after.Ctime = after.Mtime
+	res := nfs3.CreateRes{Status: nfs3.ErrExist, DirWcc: nfs3.WccData{
+		Before: nfs3.PreOpAttr{Present: true, Attr: before}, After: nfs3.PostOpAttr{Present: true, Attr: after}}}
+	if _, err := fs.finishCreate(ctx, root, dir, "a", &res, fs.now()); Errno(err) != syscall.EEXIST {
+		t.Fatalf("finishCreate: %v", err)
+	}
+	if _, err := fs.Lookup(ctx, root, RootID, "a"); err != nil {
+		t.Errorf("lookup after EEXIST with a foreign change: %v", err)
+	}
+
+	// EEXIST with no change to see at all.
+	negative("b")
+	if err := os.Mkdir(filepath.Join(ts.dir, "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	same := attrs()
+	res = nfs3.CreateRes{Status: nfs3.ErrExist, DirWcc: nfs3.WccData{
+		Before: nfs3.PreOpAttr{Present: true, Attr: version()}, After: nfs3.PostOpAttr{Present: true, Attr: same}}}
+	if _, err := fs.finishCreate(ctx, root, dir, "b", &res, fs.now()); Errno(err) != syscall.EEXIST {
+		t.Fatalf("finishCreate: %v", err)
+	}
+	if _, err := fs.Lookup(ctx, root, RootID, "b"); err != nil {
+		t.Errorf("lookup after an EEXIST that contradicts the cache: %v", err)
+	}
+
+	// ENOENT from REMOVE for a name cached as present.
+	if _, fh, err := fs.Create(ctx, root, RootID, "c", syscall.O_WRONLY, 0o644); err != nil {
+		t.Fatal(err)
+	} else {
+		fs.Release(ctx, fh)
+	}
+	if err := os.Remove(filepath.Join(ts.dir, "c")); err != nil {
+		t.Fatal(err)
+	}
+	w := nfs3.WccData{Before: nfs3.PreOpAttr{Present: true, Attr: version()}, After: nfs3.PostOpAttr{Present: true, Attr: attrs()}}
+	fs.applyDirOpWcc(dir, &w, fs.now(), nfs3.ErrNoEnt, "c", nfs3.ErrNoEnt)
+	if _, err := fs.Lookup(ctx, root, RootID, "c"); Errno(err) != syscall.ENOENT {
+		t.Errorf("lookup after REMOVE said ENOENT: %v, want ENOENT", err)
+	}
+
+	// A failure that contradicts nothing keeps the cache.
+	negative("d")
+	w = nfs3.WccData{Before: nfs3.PreOpAttr{Present: true, Attr: version()}, After: nfs3.PostOpAttr{Present: true, Attr: attrs()}}
+	fs.applyDirOpWcc(dir, &w, fs.now(), nfs3.ErrAcces, "d", nfs3.ErrExist)
+	dir.mu.Lock()
+	d := dir.names["d"]
+	dir.mu.Unlock()
+	if d == nil || d.node != 0 {
+		t.Error("an EACCES with nothing changed dropped the negative entry")
+	}
+}
