@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,14 +70,28 @@ type drcEntry struct {
 	done       bool
 	linked     bool   // in the map and the list
 	reply      []byte // complete record, mark included; immutable once set
+
+	// owner is the connection the call arrived on; waiters are other
+	// connections on which it was retransmitted while it ran, each holding
+	// one of its slots until it gets the reply too. A client that
+	// reconnected resends its pending calls on the new connection while the
+	// originals still run, and the original's reply goes to a connection
+	// that is gone: without the copy, the call would wait for the client's
+	// next retransmission, a whole timeout later.
+	owner   *serverConn
+	waiters []*serverConn
 }
+
+// maxDRCWaiters bounds the connections one call's reply is copied to.
+const maxDRCWaiters = 4
 
 // drcState is what the cache says about an incoming call.
 type drcState int
 
 const (
 	drcMiss       drcState = iota // new: run it, then finish or abandon the entry
-	drcInProgress                 // the original still runs: send nothing
+	drcInProgress                 // the original still runs: its reply will answer, or nothing will
+	drcWaiting                    // the original still runs: its reply will be copied to this connection
 	drcReplay                     // answered already: send the saved reply
 )
 
@@ -168,10 +183,11 @@ func (d *drc) key(ip netip.Addr, call *Call) drcKey {
 	return drcKey{ip: ip, xid: call.XID, prog: call.Prog, vers: call.Vers, proc: call.Proc, sum: h.Sum64()}
 }
 
-// begin looks a call up. On a miss it records the call as in progress and
-// returns its entry; on drcReplay it returns the saved reply, which the
-// caller must copy and not modify.
-func (d *drc) begin(k drcKey) (*drcEntry, []byte, drcState) {
+// begin looks a call that arrived on c up. On a miss it records the call as
+// in progress and returns its entry; on drcReplay it returns the saved
+// reply, which the caller must copy and not modify. drcWaiting means c was
+// added to the running call's waiters and keeps the call's slot.
+func (d *drc) begin(k drcKey, c *serverConn) (*drcEntry, []byte, drcState) {
 	now := d.now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -182,31 +198,37 @@ func (d *drc) begin(k drcKey) (*drcEntry, []byte, drcState) {
 			return nil, e.reply, drcReplay
 		}
 		d.drops.Add(1)
-		return nil, nil, drcInProgress
+		if c == nil || c == e.owner || len(e.waiters) >= maxDRCWaiters || slices.Contains(e.waiters, c) {
+			return nil, nil, drcInProgress
+		}
+		e.waiters = append(e.waiters, c)
+		return nil, nil, drcWaiting
 	}
 	for d.head.next != &d.head && (len(d.m) >= d.maxEntries || d.bytes+drcEntryOverhead > d.maxBytes) {
 		d.unlink(d.head.next)
 	}
-	e := &drcEntry{key: k, at: now}
+	e := &drcEntry{key: k, at: now, owner: c}
 	d.m[k] = e
 	d.bytes += drcEntryOverhead
 	d.pushBack(e)
 	return e, nil, drcMiss
 }
 
-// finish saves the reply record of a call begun with drcMiss. An entry
-// evicted or expired in the meantime stays gone.
-func (d *drc) finish(e *drcEntry, reply []byte) {
+// finish saves the reply record of a call begun with drcMiss and returns
+// the connections waiting for a copy of it. An entry evicted or expired in
+// the meantime stays gone, but its waiters still get the reply.
+func (d *drc) finish(e *drcEntry, reply []byte) []*serverConn {
 	if len(reply) > d.maxReply {
-		d.abandon(e)
-		return
+		return d.abandon(e)
 	}
 	saved := append([]byte(nil), reply...)
 	now := d.now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	w := e.waiters
+	e.waiters, e.owner = nil, nil
 	if !e.linked {
-		return
+		return w
 	}
 	e.reply, e.done, e.at = saved, true, now
 	d.bytes += len(saved)
@@ -215,16 +237,21 @@ func (d *drc) finish(e *drcEntry, reply []byte) {
 	for d.head.next != &d.head && d.bytes > d.maxBytes {
 		d.unlink(d.head.next)
 	}
+	return w
 }
 
-// abandon forgets a call that got no reply (dropped by its handler): its
-// retransmission must run again.
-func (d *drc) abandon(e *drcEntry) {
+// abandon forgets a call whose reply is not kept (dropped by its handler,
+// or too large): its next retransmission runs again. It returns the
+// connections that were waiting for the reply.
+func (d *drc) abandon(e *drcEntry) []*serverConn {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	w := e.waiters
+	e.waiters, e.owner = nil, nil
 	if e.linked {
 		d.unlink(e)
 	}
+	return w
 }
 
 // expire drops the entries older than the TTL, from the oldest on.

@@ -22,6 +22,7 @@ const (
 	procCountBlock = 21 // cached: waits on the gate first
 	procCountDrop  = 22 // cached: the first execution sends no reply
 	procCountIdem  = 23 // not cached, otherwise like procCount
+	procCountSlow  = 24 // cached: waits on the gate, even when its connection is gone
 )
 
 type countingHandler struct {
@@ -29,6 +30,9 @@ type countingHandler struct {
 	gate    chan struct{}
 	entered chan struct{}
 	dropped atomic.Bool
+	// dropNext makes the next procCountBlock call that passes the gate
+	// send no reply.
+	dropNext atomic.Bool
 }
 
 func newCountingHandler() *countingHandler {
@@ -43,9 +47,15 @@ func (h *countingHandler) ServeRPC(ctx context.Context, call *Call, reply []byte
 		h.entered <- struct{}{}
 		select {
 		case <-h.gate:
+			if h.dropNext.Swap(false) {
+				return nil, ErrDrop
+			}
 		case <-ctx.Done():
 			return nil, ErrDrop
 		}
+	case procCountSlow:
+		h.entered <- struct{}{}
+		<-h.gate
 	case procCountDrop:
 		n := h.runs.Add(1)
 		if !h.dropped.Swap(true) {
@@ -60,7 +70,7 @@ func (h *countingHandler) ServeRPC(ctx context.Context, call *Call, reply []byte
 }
 
 func (h *countingHandler) NonIdempotent(proc uint32) bool {
-	return proc >= procCount && proc <= procCountDrop
+	return proc >= procCount && proc <= procCountSlow && proc != procCountIdem
 }
 
 // fakeClock is an injected clock that moves only when told.
@@ -165,9 +175,11 @@ func TestDRCReplayOnNewConnection(t *testing.T) {
 	}
 }
 
-// A retransmission arriving while the original runs gets no reply of its
-// own, on the same connection or another: the original's answers it.
-func TestDRCInProgressDropped(t *testing.T) {
+// A retransmission arriving while the original runs is not executed. On
+// the original's connection it gets nothing of its own (the original's
+// reply answers it); on another connection it gets a copy of the original's
+// reply when that is ready.
+func TestDRCInProgressAnsweredOnce(t *testing.T) {
 	h := newCountingHandler()
 	s, ln := startServer(t, ServerOptions{}, h)
 	req := record(newCall(77, procCountBlock, nil))
@@ -177,15 +189,17 @@ func TestDRCInProgressDropped(t *testing.T) {
 	a.write(req)
 	b := dialRaw(t, ln.Addr())
 	b.write(req)
-	// b is still served, and its duplicate was not.
+	b.write(req) // twice on b: still one copy
+	// b is still served meanwhile.
 	b.send(newCall(78, procNull, nil).bytes())
 	if got := b.recv(); got.xid != 78 {
 		t.Fatalf("b's first reply has xid %d, want 78 (the NULL)", got.xid)
 	}
-	waitFor(t, "both duplicates to be dropped", func() bool { return s.Stats().DRCDrops == 2 })
+	waitFor(t, "the duplicates to be held", func() bool { return s.Stats().DRCDrops == 3 })
 	close(h.gate)
-	if got := a.recv(); got.xid != 77 {
-		t.Fatalf("xid %d", got.xid)
+	ra, rb := a.recvRecord(), b.recvRecord()
+	if !bytes.Equal(ra, rb) || resultU32(t, ra) != 1 {
+		t.Fatalf("original %x, copy %x", ra, rb)
 	}
 	a.expectSilence(200 * time.Millisecond)
 	b.expectSilence(10 * time.Millisecond)
@@ -201,6 +215,65 @@ func TestDRCInProgressDropped(t *testing.T) {
 	b.write(req)
 	if got := b.recv(); got.xid != 77 || h.runs.Load() != 1 {
 		t.Fatalf("after completion: xid %d, runs %d", got.xid, h.runs.Load())
+	}
+}
+
+// A client that lost its connection while a call ran resends it on a new
+// one: the reply, which cannot go to the lost connection, reaches the new
+// one as soon as the call completes, without waiting for another
+// retransmission.
+func TestDRCReplyFollowsReconnection(t *testing.T) {
+	h := newCountingHandler()
+	_, ln := startServer(t, ServerOptions{}, h)
+	req := record(newCall(91, procCountSlow, nil))
+	a := dialRaw(t, ln.Addr())
+	a.write(req)
+	<-h.entered
+	a.nc.Close()
+	b := dialRaw(t, ln.Addr())
+	b.write(req)
+	b.expectSilence(50 * time.Millisecond)
+	close(h.gate)
+	if got := resultU32(t, b.recvRecord()); got != 1 {
+		t.Fatalf("reply on the new connection numbered %d", got)
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+	// The connection keeps working and its slot was given back.
+	b.send(newCall(92, procNull, nil).bytes())
+	if got := b.recv(); got.xid != 92 {
+		t.Fatalf("xid %d", got.xid)
+	}
+}
+
+// A call dropped by its handler leaves its waiters free to retransmit: the
+// retransmission runs.
+func TestDRCWaiterOfDroppedCall(t *testing.T) {
+	h := newCountingHandler()
+	s, ln := startServer(t, ServerOptions{MaxInFlightPerConn: 2}, h)
+	req := record(newCall(93, procCountBlock, nil))
+	a := dialRaw(t, ln.Addr())
+	a.write(req)
+	<-h.entered
+	b := dialRaw(t, ln.Addr())
+	b.write(req)
+	waitFor(t, "the duplicate to be held", func() bool { return s.Stats().DRCDrops == 1 })
+	h.dropNext.Store(true)
+	h.gate <- struct{}{}
+	b.expectSilence(100 * time.Millisecond)
+	b.write(req)
+	<-h.entered
+	h.gate <- struct{}{}
+	if got := resultU32(t, b.recvRecord()); got != 1 {
+		t.Fatalf("retransmission's reply numbered %d", got)
+	}
+	// Both of b's slots are free again.
+	for x := uint32(94); x < 97; x++ {
+		b.send(newCall(x, procNull, nil).bytes())
+		if got := b.recv(); got.xid != x {
+			t.Fatalf("xid %d, want %d", got.xid, x)
+		}
 	}
 }
 
@@ -371,15 +444,15 @@ func TestDRCKeyByAddress(t *testing.T) {
 	call := &Call{XID: 1, Prog: 2, Vers: 3, Proc: 4, Args: []byte("x")}
 	a := netip.MustParseAddr("192.0.2.1")
 	b := netip.MustParseAddr("192.0.2.2")
-	ea, _, st := d.begin(d.key(a, call))
+	ea, _, st := d.begin(d.key(a, call), nil)
 	if st != drcMiss {
 		t.Fatal("first call not a miss")
 	}
 	d.finish(ea, []byte("reply"))
-	if _, saved, st := d.begin(d.key(a, call)); st != drcReplay || string(saved) != "reply" {
+	if _, saved, st := d.begin(d.key(a, call), nil); st != drcReplay || string(saved) != "reply" {
 		t.Fatalf("same address: %v %q", st, saved)
 	}
-	if _, _, st := d.begin(d.key(b, call)); st != drcMiss {
+	if _, _, st := d.begin(d.key(b, call), nil); st != drcMiss {
 		t.Fatalf("other address: %v, want a miss", st)
 	}
 	if clientIP(&net.TCPAddr{IP: net.ParseIP("::ffff:192.0.2.1"), Port: 1}) != a {
@@ -401,7 +474,7 @@ func BenchmarkDRC(b *testing.B) {
 			b.ReportAllocs()
 			for i := range b.N {
 				call.XID = uint32(i)
-				e, _, _ := d.begin(d.key(ip, call))
+				e, _, _ := d.begin(d.key(ip, call), nil)
 				d.finish(e, reply)
 			}
 		})

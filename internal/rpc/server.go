@@ -529,8 +529,15 @@ func (c *serverConn) readLoop() {
 		switch v {
 		case verdictDispatch:
 			if pv.ni != nil && pv.ni.NonIdempotent(j.call.Proc) {
-				e, saved, st := s.drc.begin(s.drc.key(c.ip, &j.call))
+				e, saved, st := s.drc.begin(s.drc.key(c.ip, &j.call), c)
 				switch st {
+				case drcWaiting:
+					// The slot stays taken until the original's
+					// reply is copied here (or it is dropped).
+					c.addHeld(-len(rec))
+					s.putJob(j)
+					s.putReply(rb)
+					continue
 				case drcInProgress:
 					// The original's reply will answer this one.
 					c.addHeld(-len(rec))
@@ -554,7 +561,7 @@ func (c *serverConn) readLoop() {
 			case s.work <- j:
 			case <-c.done:
 				if j.drc != nil {
-					s.drc.abandon(j.drc)
+					releaseWaiters(s.drc.abandon(j.drc))
 				}
 				s.putJob(j)
 				return
@@ -711,7 +718,7 @@ func (s *Server) run(j *job) {
 		switch {
 		case errors.Is(err, ErrDrop):
 			if j.drc != nil {
-				s.drc.abandon(j.drc)
+				releaseWaiters(s.drc.abandon(j.drc))
 			}
 			c.addHeld(-recLen)
 			rb.b = b
@@ -734,11 +741,24 @@ func (s *Server) run(j *job) {
 	// Saved before the reply goes out: a retransmission can only follow
 	// the reply's loss, and must then find it.
 	if j.drc != nil {
-		s.drc.finish(j.drc, b)
+		for _, w := range s.drc.finish(j.drc, b) {
+			cp := s.getReply()
+			cp.b = append(cp.b[:0], b...)
+			w.addHeld(len(cp.b))
+			w.replies <- cp // never blocks: w holds the slot this reply takes
+		}
 	}
 	c.addHeld(len(b) - recLen)
 	s.putJob(j)
 	c.replies <- rb
+}
+
+// releaseWaiters gives back the slots of connections that waited for a
+// reply that will not come: the client retransmits again.
+func releaseWaiters(ws []*serverConn) {
+	for _, w := range ws {
+		w.release()
+	}
 }
 
 // invoke calls the handler, turning a panic into an error so that no
