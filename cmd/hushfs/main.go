@@ -17,7 +17,7 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"serve":  {runServe, "serve DIR: export a local directory over NFSv3 + MOUNT"},
-		"proxy":  {runProxy, "proxy --listen A --target B [--rtt D]: latency and RPC-counting proxy"},
+		"proxy":  {runProxy, "proxy --listen A --target B [--rtt D] [fault flags]: latency, fault-injecting and RPC-counting proxy (proxy faults|blackhole --control P: change a running one)"},
 		"mount":  {runMount, "mount SERVER:/EXPORT MOUNTPOINT [-o OPTS] [-f]: mount an NFSv3 export (FUSE)"},
 		"umount": {runUmount, "umount MOUNTPOINT [-l]: unmount a hushfs mount"},
 		"stats":  {runStats, "stats MOUNTPOINT [--json] [--reset]: per-procedure RPC statistics of a mount"},
