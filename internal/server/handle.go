@@ -21,13 +21,21 @@ import (
 	"hushfs/internal/nfs3"
 )
 
-// File handle layout (all integers big-endian):
+// File handle layout (all integers big-endian), version 2, issued whenever
+// the kernel handle type fits a byte (every Linux file system's does):
 //
 //	[0]        version (fhVersion)
-//	[1:5]      export id
-//	[5:9]      kernel handle type (struct file_handle.handle_type)
-//	[9:n-12]   kernel handle bytes (struct file_handle.f_handle)
+//	[1:3]      export id (fhShortID of the 32-bit id)
+//	[3]        kernel handle type (struct file_handle.handle_type)
+//	[4:n-12]   kernel handle bytes (struct file_handle.f_handle)
 //	[n-12:n]   MAC: HMAC-SHA256 over bytes [0:n-12], truncated
+//
+// Version 1, issued before and still accepted (clients keep handles across
+// a server upgrade), had a 4-byte export id and a 4-byte type: 5 bytes
+// more per handle. Handle size counts: a READDIRPLUS reply carries one per
+// entry, and with ext4's 8-byte kernel handles the 24-byte version 2 handle
+// fits about 6,700 entries in a 1 MiB reply instead of 6,400 (a listing of
+// 100,000 names takes 15 calls, not 16).
 //
 // The kernel handle identifies the inode (number and generation on ext4), so
 // it survives server restarts and is refused by the kernel once the inode is
@@ -36,12 +44,18 @@ import (
 // altered one, which matters because open_by_handle_at would otherwise open
 // any inode of the whole file system, far outside the exported directory.
 const (
-	fhVersion   = 1
-	fhHeaderLen = 1 + 4 + 4
-	fhMACLen    = 12
+	fhVersion     = 2
+	fhHeaderLen   = 1 + 2 + 1
+	fhVersion1    = 1
+	fhHeaderLenV1 = 1 + 4 + 4
+	fhMACLen      = 12
 	// maxKernelHandle is what fits in an NFSv3 handle (64 bytes).
-	maxKernelHandle = nfs3.FHSize - fhHeaderLen - fhMACLen
+	maxKernelHandle = nfs3.FHSize - fhHeaderLenV1 - fhMACLen
 )
+
+// fhShortID is the export id as version 2 handles carry it. Another export
+// with the same short id is still told apart by the MAC.
+func fhShortID(id uint32) uint16 { return uint16(id>>16) ^ uint16(id) }
 
 // secretLen is the size of the per-export MAC key.
 const secretLen = 32
@@ -91,27 +105,49 @@ func (c *handleCodec) encode(htype int32, kh []byte) (nfs3.FH, error) {
 	if len(kh) == 0 || len(kh) > maxKernelHandle {
 		return nil, fmt.Errorf("kernel file handle of %d bytes does not fit an NFSv3 handle (max %d)", len(kh), maxKernelHandle)
 	}
-	b := make([]byte, 0, fhHeaderLen+len(kh)+fhMACLen)
-	b = append(b, fhVersion)
-	b = binary.BigEndian.AppendUint32(b, c.exportID)
-	b = binary.BigEndian.AppendUint32(b, uint32(htype))
+	b := make([]byte, 0, fhHeaderLenV1+len(kh)+fhMACLen)
+	if htype >= 0 && htype <= 0xff {
+		b = append(b, fhVersion)
+		b = binary.BigEndian.AppendUint16(b, fhShortID(c.exportID))
+		b = append(b, byte(htype))
+	} else {
+		b = append(b, fhVersion1)
+		b = binary.BigEndian.AppendUint32(b, c.exportID)
+		b = binary.BigEndian.AppendUint32(b, uint32(htype))
+	}
 	b = append(b, kh...)
 	m := c.mac(b)
 	return append(b, m[:fhMACLen]...), nil
 }
 
-// precheck reports whether fh has this export's shape (version, export id,
-// length), without checking the MAC.
-func (c *handleCodec) precheck(fh []byte) bool {
-	if len(fh) <= fhHeaderLen+fhMACLen || len(fh) > nfs3.FHSize {
-		return false
+// headerLen returns the header length of fh's version, or 0 if fh does not
+// have this export's shape (version, export id, length). The MAC is not
+// checked.
+func (c *handleCodec) headerLen(fh []byte) int {
+	if len(fh) == 0 || len(fh) > nfs3.FHSize {
+		return 0
 	}
-	return fh[0] == fhVersion && binary.BigEndian.Uint32(fh[1:5]) == c.exportID
+	switch fh[0] {
+	case fhVersion:
+		if len(fh) > fhHeaderLen+fhMACLen && binary.BigEndian.Uint16(fh[1:3]) == fhShortID(c.exportID) {
+			return fhHeaderLen
+		}
+	case fhVersion1:
+		if len(fh) > fhHeaderLenV1+fhMACLen && binary.BigEndian.Uint32(fh[1:5]) == c.exportID {
+			return fhHeaderLenV1
+		}
+	}
+	return 0
 }
+
+// precheck reports whether fh has this export's shape, without checking
+// the MAC.
+func (c *handleCodec) precheck(fh []byte) bool { return c.headerLen(fh) > 0 }
 
 // decode verifies fh and returns the kernel handle it carries.
 func (c *handleCodec) decode(fh []byte) (unix.FileHandle, error) {
-	if !c.precheck(fh) {
+	hl := c.headerLen(fh)
+	if hl == 0 {
 		return unix.FileHandle{}, nfs3.ErrBadHandle
 	}
 	body := fh[:len(fh)-fhMACLen]
@@ -119,8 +155,13 @@ func (c *handleCodec) decode(fh []byte) (unix.FileHandle, error) {
 	if !hmac.Equal(m[:fhMACLen], fh[len(fh)-fhMACLen:]) {
 		return unix.FileHandle{}, nfs3.ErrBadHandle
 	}
-	htype := int32(binary.BigEndian.Uint32(fh[5:9]))
-	return unix.NewFileHandle(htype, bytes.Clone(fh[fhHeaderLen:len(fh)-fhMACLen])), nil
+	var htype int32
+	if hl == fhHeaderLen {
+		htype = int32(fh[3])
+	} else {
+		htype = int32(binary.BigEndian.Uint32(fh[5:9]))
+	}
+	return unix.NewFileHandle(htype, bytes.Clone(fh[hl:len(fh)-fhMACLen])), nil
 }
 
 // State file format: a few "key value" lines, so an administrator can see

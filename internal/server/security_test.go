@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -197,6 +198,41 @@ func TestHandleForgery(t *testing.T) {
 	}
 	if _, st := c.lookup(d, "x"); st != nfs3.ErrBadHandle {
 		t.Fatalf("LOOKUP in an old dir handle: %v", st)
+	}
+}
+
+// Handles are 24 bytes on ext4 (a READDIRPLUS entry's size counts), and
+// the longer version 1 handles issued before are still served, and still
+// sealed: a flipped bit in one is refused too.
+func TestHandleVersions(t *testing.T) {
+	e := startEnv(t, false)
+	path := filepath.Join(e.root, "f")
+	if err := os.WriteFile(path, []byte("v1 data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := e.root0()
+	f := c.mustLookup(c.rootFH(), "f")
+	kh, _, err := unix.NameToHandleAt(unix.AT_FDCWD, path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fhHeaderLen + len(kh.Bytes()) + fhMACLen; len(f) != want || f[0] != fhVersion {
+		t.Fatalf("handle of %d bytes, version %d; want %d bytes (kernel handle %d), version %d", len(f), f[0], want, len(kh.Bytes()), fhVersion)
+	}
+	// A version 1 handle, sealed as the server sealed them then.
+	v1 := []byte{fhVersion1}
+	v1 = binary.BigEndian.AppendUint32(v1, e.srv.codec.exportID)
+	v1 = binary.BigEndian.AppendUint32(v1, uint32(kh.Type()))
+	v1 = append(v1, kh.Bytes()...)
+	m := e.srv.codec.mac(v1)
+	v1 = append(v1, m[:fhMACLen]...)
+	if r := c.read(v1, 0, 100); r.Status != nfs3.OK || string(r.Data) != "v1 data" {
+		t.Fatalf("READ with a version 1 handle: %v %q", r.Status, r.Data)
+	}
+	for i := range v1 {
+		bad := bytes.Clone(v1)
+		bad[i] ^= 0x10
+		readWant(t, c, fmt.Sprintf("version 1 handle, byte %d changed", i), bad, nfs3.ErrBadHandle)
 	}
 }
 
