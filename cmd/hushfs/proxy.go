@@ -340,12 +340,7 @@ func runProxyFaults(args []string) error {
 		}
 		cmd = "faults " + string(b)
 	}
-	line, err := controlCall(*control, cmd)
-	if err != nil {
-		return err
-	}
-	_, err = os.Stdout.WriteString(line)
-	return err
+	return controlPrint(*control, cmd)
 }
 
 // runProxyBlackhole starts a blackhole in a running proxy now.
@@ -365,7 +360,12 @@ func runProxyBlackhole(args []string) error {
 	if err != nil {
 		return err
 	}
-	line, err := controlCall(*control, "blackhole "+d.String())
+	return controlPrint(*control, "blackhole "+d.String())
+}
+
+// controlPrint sends one command to a running proxy and prints its answer.
+func controlPrint(path, cmd string) error {
+	line, err := controlCall(path, cmd)
 	if err != nil {
 		return err
 	}
@@ -391,10 +391,5 @@ func runProxyCounts(args []string) error {
 	if *reset {
 		cmd = "reset"
 	}
-	line, err := controlCall(*control, cmd)
-	if err != nil {
-		return err
-	}
-	_, err = os.Stdout.WriteString(line)
-	return err
+	return controlPrint(*control, cmd)
 }
