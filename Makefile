@@ -6,7 +6,7 @@ GO ?= go
 # fails with "context deadline exceeded" having found nothing.
 FUZZTIME ?= 200000x
 
-.PHONY: build deps demo test test-go fuzz-short bench-quick vet bench clean
+.PHONY: build deps demo test test-go fuzz-short bench-quick vet bench soak clean
 
 build:
 	$(GO) build -o bin/hushfs ./cmd/hushfs
@@ -36,6 +36,11 @@ test: deps vet test-go fuzz-short bench-quick
 
 bench: deps build
 	bench/run
+
+# The soak: eight workloads at once on one mount through a proxy injecting
+# faults, 10 minutes (make soak SOAK_ARGS=--quick: about a minute).
+soak: deps
+	bench/run soak $(SOAK_ARGS)
 
 clean:
 	rm -rf bin

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"syscall"
 	"time"
 
@@ -70,17 +71,78 @@ func (fs *FS) timeoBounds(t nfs3.Ftype) (min, max time.Duration) {
 	return fs.opts.AcRegMin, fs.opts.AcRegMax
 }
 
-// applyAttrLocked records attributes fetched by an RPC sent at 'at'. The
-// lifetime doubles while the file stays unchanged and drops back to the
-// minimum when it changes, as nfs(5) describes. Cached data stays valid
-// only while mtime and size are those it was read at; a directory's names
-// only while it keeps the version they were cached for. What stops being
-// valid, the kernel is told to forget.
+// applyAttrLocked records attributes fetched by an RPC sent at 'at', unless
+// they are older than what the node has (staleLocked). The lifetime doubles
+// while the file stays unchanged and drops back to the minimum when it
+// changes, as nfs(5) describes. Cached data stays valid only while mtime
+// and size are those it was read at; a directory's names only while it
+// keeps the version they were cached for. What stops being valid, the
+// kernel is told to forget.
 //
 // LOCKS_REQUIRED(n.mu)
 func (fs *FS) applyAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
+	if fs.staleLocked(n, a, at) {
+		return
+	}
+	fs.setAttrLocked(n, a, at)
+}
+
+// staleLocked reports whether attributes a, from a call sent at 'at', are
+// older than what n has.
+//
+// For a regular file the server's ctime says: it moves with every change,
+// and the server runs calls concurrently, so the order calls were sent in
+// is not the order they ran in. A GETATTR sent while our WRITE was on its
+// way may run before it and come back after it with the size from before;
+// our pipelined WRITEs come back in any order, each with the size the file
+// had when it ran; a READ sent after our SETATTR may run before it. Such a
+// reply shows an older ctime and must not undo what the newer one said:
+// it used to shrink the file under its writer (the kernel then cut its
+// page cache, and bytes past the old size counted as holes, read and even
+// written back as zeros) or bring back the size from before a truncate.
+// A later ctime is a later state, whatever order the replies came in. An
+// equal ctime (timestamps too coarse to tell) falls back to the order the
+// calls were sent in, as does an older one once the cached attributes have
+// expired, so a server whose clock went back is believed again after one
+// lifetime. Directories are ordered by sending, their names by version.
+//
+// LOCKS_REQUIRED(n.mu)
+func (fs *FS) staleLocked(n *inode, a *nfs3.Fattr, at time.Time) bool {
+	if at.Before(n.attrStale) {
+		return true // sent before a change we know of and it may not show
+	}
+	if !n.attrValid {
+		return false
+	}
+	if a.Type == nfs3.TypeReg && n.attr.Type == nfs3.TypeReg {
+		switch c := compareTime(a.Ctime, n.attr.Ctime); {
+		case c > 0:
+			return false
+		case c < 0:
+			if _, _, fresh := n.cachedAttrLocked(fs.now()); fresh {
+				return true
+			}
+		}
+	}
+	return at.Before(n.attrTime)
+}
+
+// compareTime returns -1, 0 or 1 as a is before, equal to or after b.
+func compareTime(a, b nfs3.Time) int {
+	if c := cmp.Compare(a.Seconds, b.Seconds); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Nseconds, b.Nseconds)
+}
+
+// setAttrLocked records attributes as applyAttrLocked does, without its
+// check of their age. Their time never goes back: attributes with a later
+// ctime than the node's may come from a call sent before those.
+//
+// LOCKS_REQUIRED(n.mu)
+func (fs *FS) setAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
 	if n.attrValid && at.Before(n.attrTime) {
-		return // a reply older than what we have
+		at = n.attrTime
 	}
 	lo, hi := fs.timeoBounds(a.Type)
 	switch {
@@ -133,9 +195,12 @@ func (fs *FS) applyWcc(n *inode, w *nfs3.WccData, at time.Time, ours bool) {
 	defer n.mu.Unlock()
 	if !w.After.Present {
 		n.attrValid = false
+		if at.After(n.attrStale) {
+			n.attrStale = at
+		}
 		return
 	}
-	if n.attrValid && at.Before(n.attrTime) {
+	if fs.staleLocked(n, &w.After.Attr, at) {
 		return // a reply older than what we have
 	}
 	b := &w.Before.Attr
@@ -162,13 +227,19 @@ func (fs *FS) applyWcc(n *inode, w *nfs3.WccData, at time.Time, ours bool) {
 		// minimum.
 		n.attr.Size, n.attr.Mtime, n.attr.Ctime = after.Size, after.Mtime, after.Ctime
 	}
-	fs.applyAttrLocked(n, &w.After.Attr, at)
+	fs.setAttrLocked(n, &w.After.Attr, at)
 }
 
-// invalidateAttr makes the next getattr go to the server.
-func (n *inode) invalidateAttr() {
+// invalidateAttr makes the next getattr go to the server: the attributes
+// changed now (a link count, a ctime). Replies to calls sent before now
+// may predate the change and are not applied.
+func (fs *FS) invalidateAttr(n *inode) {
+	now := fs.now()
 	n.mu.Lock()
 	n.attrValid = false
+	if now.After(n.attrStale) {
+		n.attrStale = now
+	}
 	n.mu.Unlock()
 }
 

@@ -56,10 +56,17 @@ func (w *writeback) addCleanLocked(st *fileState, gen uint64, e extent) {
 	w.mu.Unlock()
 }
 
+// dropCleanLocked drops the clean data. With it goes the record of which
+// bytes past the base size we wrote: they are no longer known to be holes
+// where no other data covers them (reads would get zeros, and a flush
+// would fill a gap with zeros over data on the server), until the next
+// base size is taken.
+//
 // LOCKS_REQUIRED(st.mu)
 func (w *writeback) dropCleanLocked(st *fileState) {
 	n := st.clean.bytes()
 	st.clean = nil
+	st.baseOK = false
 	w.mu.Lock()
 	w.cleanBytes -= n
 	w.mu.Unlock()
@@ -223,13 +230,22 @@ func (w *writeback) readLocal(n *inode, off uint64, dst []byte) (int, bool) {
 
 // keepRead records data the server sent for a READ as clean data, when the
 // file's data generation was the same before and after (no change we did
-// not make was seen meanwhile), and nothing of ours is pending there.
-func (w *writeback) keepRead(n *inode, genBefore, genAfter uint64, off uint64, data []byte) {
+// not make was seen meanwhile) and we changed nothing in the file since
+// the READ was sent (changes, from pendingIn, with nothing of ours pending
+// in its range then). The server may have run the READ before a WRITE of
+// ours that came back first: its bytes, kept, would replace the newer ones
+// our WRITE left in the clean data, and later reads would get them (zeros,
+// where the file had a hole).
+func (w *writeback) keepRead(n *inode, genBefore, genAfter, changes uint64, off uint64, data []byte) {
 	if genBefore != genAfter || len(data) == 0 {
 		return
 	}
 	st := w.state(n)
 	st.mu.Lock()
+	if n.changes.Load() != changes {
+		st.mu.Unlock()
+		return
+	}
 	gaps := uncovered(off, off+uint64(len(data)), st.dirty, st.inflight)
 	if len(gaps) == 1 && gaps[0] == (interval{off, off + uint64(len(data))}) {
 		w.addCleanLocked(st, genAfter, extent{off: off, data: slices.Clone(data)})

@@ -139,10 +139,11 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 		for len(d.buf) > 0 {
 			e := &d.buf[0]
 			var n *inode
+			e.Entry = Entry{}
 			// "." and ".." get no node: the kernel ignores their IDs and
 			// would never forget the reference.
 			if d.plus && d.plusBuf[0].fh != nil && e.Name != "." && e.Name != ".." {
-				n = fs.plusEntry(d.node, e, &d.plusBuf[0])
+				n = fs.plusEntry(d.node, e, &d.plusBuf[0], d.cached)
 			}
 			if !emit(e) {
 				if n != nil {
@@ -204,20 +205,44 @@ func (fs *FS) startPass(ctx context.Context, c *Cred, d *openDir, plus bool) err
 }
 
 // plusEntry turns READDIRPLUS data into a referenced node in e.Entry.
-func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData) *inode {
-	n := fs.nodes.ref(p.fh)
+//
+// The kernel gets the node's attributes, not necessarily the data's: a
+// listing served from the complete listing (cached) carries attributes
+// from when it was read, or from the CREATE that added the name, and the
+// file may have changed through its node since. So a cached entry is
+// given attributes only while its node is still in the table, and only if
+// they are not known to have changed after the data was read; otherwise
+// it goes without a node (nil, e.Entry zero), as a plain entry, and the
+// kernel looks the name up when it needs it.
+func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData, cached bool) *inode {
+	var n *inode
+	if cached {
+		n = fs.nodes.refExisting(p.fh)
+	} else {
+		n = fs.nodes.ref(p.fh)
+	}
+	if n == nil {
+		e.Entry = Entry{}
+		return nil
+	}
 	n.mu.Lock()
-	fs.applyAttrLocked(n, &p.attr, p.at)
+	fs.applyAttrLocked(n, &p.attr, p.at) // ignored if older than what n has
+	a, ok := n.attr, n.attrValid
 	if p.attr.Type == nfs3.TypeDir {
 		n.parent = dir.id
 	}
 	n.mu.Unlock()
+	if !ok {
+		fs.nodes.forget(n.id, 1)
+		e.Entry = Entry{}
+		return nil
+	}
 	dir.mu.Lock()
 	if p.dirVer != nil && dir.namesValidLocked() && dir.nameVer == *p.dirVer {
 		fs.setNameLocked(dir, e.Name, n.id, p.at, true)
 	}
 	dir.mu.Unlock()
-	e.Entry = fs.entryFor(n, &p.attr, dir)
+	e.Entry = fs.entryFor(n, &a, dir)
 	return n
 }
 

@@ -129,7 +129,7 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 // truncateOnOpen empties a file for open(O_TRUNC): a SETATTR even when the
 // cache says the file is already empty, since the open did not revalidate.
 func (fs *FS) truncateOnOpen(ctx context.Context, c *Cred, n *inode) (Attr, time.Duration, error) {
-	n.invalidateAttr()
+	fs.invalidateAttr(n)
 	return fs.SetAttr(ctx, c, n.id, SetAttrIn{SetSize: true})
 }
 
@@ -165,7 +165,7 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 	// What is not yet on the server is taken before the READs: write-back
 	// may complete while they are in flight, taking that data out of the
 	// dirty and in-flight lists after the server answered without it.
-	pending, pendingEnd := fs.wb.pendingIn(n, off, uint64(len(dst)))
+	pending, pendingEnd, changes := fs.wb.pendingIn(n, off, uint64(len(dst)))
 	type piece struct {
 		got int
 		eof bool
@@ -203,8 +203,8 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 	// cache's to hold, and a copy here would double the memory it takes
 	// and push out the small files whose pages the kernel drops after our
 	// own writes (objects a linker reads back).
-	if snap.size <= keepReadMaxFile {
-		fs.wb.keepRead(n, genBefore, gen, off, dst[:valid])
+	if snap.size <= keepReadMaxFile && len(pending) == 0 {
+		fs.wb.keepRead(n, genBefore, gen, changes, off, dst[:valid])
 	}
 	// Bytes between the server's EOF and our dirty data are a hole.
 	clear(dst[valid:])
@@ -221,11 +221,14 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 }
 
 // pendingIn copies the data not yet on the server (dirty or in flight) that
-// overlaps [off, off+size), and returns it with the end of all such data.
-func (w *writeback) pendingIn(n *inode, off, size uint64) (extents, uint64) {
+// overlaps [off, off+size), and returns it with the end of all such data
+// and the count of our changes to the file so far (inode.changes).
+func (w *writeback) pendingIn(n *inode, off, size uint64) (extents, uint64, uint64) {
+	// Read first: a change counted after this was not pending before it.
+	changes := n.changes.Load()
 	st := peek(n)
 	if st == nil {
-		return nil, 0
+		return nil, 0, changes
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -246,7 +249,7 @@ func (w *writeback) pendingIn(n *inode, off, size uint64) (extents, uint64) {
 	for i := range st.dirty {
 		take(&st.dirty[i])
 	}
-	return out, end
+	return out, end, changes
 }
 
 // readRPC reads into dst at off with one READ.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"hushfs/internal/nfs3"
@@ -30,6 +31,9 @@ type inode struct {
 	attrValid bool
 	attrTime  time.Time     // when attr was fetched (the RPC's start)
 	attrTimeo time.Duration // current attribute cache lifetime (grows while unchanged)
+	// attrStale: when the attributes were last known to change without
+	// new ones (invalidateAttr); replies to calls sent before are older.
+	attrStale time.Time
 	// dataMtime/dataSize: the server's mtime and size when our cached data
 	// (kernel page cache, directory pages) was last known valid.
 	dataMtime nfs3.Time
@@ -52,6 +56,10 @@ type inode struct {
 	sillyName string
 	// file is the write-back state of a regular file; nil until first written.
 	file *fileState
+	// changes counts our changes to the file's data (writes, truncates),
+	// each counted once it is pending: data a READ brought is kept only if
+	// none came while the READ was on its way (keepRead).
+	changes atomic.Uint64
 }
 
 // inodeTable maps node IDs and file handles to inodes.
@@ -90,6 +98,19 @@ func (t *inodeTable) ref(fh nfs3.FH) *inode {
 		t.next++
 		t.byID[n.id] = n
 		t.byFH[string(n.fh)] = n
+	}
+	n.lookups++
+	return n
+}
+
+// refExisting takes one kernel reference on the node for fh if the table
+// has one (not stale); it returns nil otherwise.
+func (t *inodeTable) refExisting(fh nfs3.FH) *inode {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.byFH[string(fh)]
+	if n == nil || n.dropped || n.stale {
+		return nil
 	}
 	n.lookups++
 	return n

@@ -72,10 +72,16 @@ func (fs *FS) getattrRPC(ctx context.Context, c *Cred, n *inode) (nfs3.Fattr, ti
 	if err != nil {
 		return nfs3.Fattr{}, 0, err
 	}
+	// What the node now holds, not the reply: the reply may be older than
+	// what the node learnt meanwhile (a WRITE's reply), or than the call a
+	// caller joined it for.
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if !n.attrValid {
+		return *v.(*nfs3.Fattr), 0, nil
+	}
 	_, left, _ := n.cachedAttrLocked(fs.now())
-	return *v.(*nfs3.Fattr), left, nil
+	return n.attr, left, nil
 }
 
 // noteStale marks a node whose handle the server no longer knows, so that
@@ -433,7 +439,7 @@ func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName s
 	fs.applyDirOpWcc(dir, &res.LinkDirWcc, at, res.Status, newName, nfs3.ErrExist)
 	fs.applyAttr(n, &res.FileAttr, at)
 	if !res.FileAttr.Present {
-		n.invalidateAttr() // nlink and ctime changed
+		fs.invalidateAttr(n) // nlink and ctime changed
 	}
 	if res.Status != nfs3.OK {
 		return Entry{}, res.Status
@@ -482,7 +488,7 @@ func (fs *FS) remove(ctx context.Context, c *Cred, dir *inode, name string, proc
 		return res.Status
 	}
 	if child := fs.knownChild(dir, name); child != nil {
-		child.invalidateAttr() // nlink and ctime changed
+		fs.invalidateAttr(child) // nlink and ctime changed
 	}
 	fs.changeName(dir, name, nil, at)
 	return nil
@@ -504,7 +510,21 @@ func (fs *FS) sillyRename(ctx context.Context, c *Cred, dir *inode, name string,
 	child.mu.Lock()
 	child.sillyDir, child.sillyName = dir.id, hidden
 	child.mu.Unlock()
-	return nil
+	if fs.nodes.openCount(child) > 0 {
+		return nil
+	}
+	// The last close came while the file was being hidden (the kernel
+	// sends RELEASE after close returns, so a file closed just before
+	// its unlink is often still open here): it found no hidden name to
+	// remove, so remove it now, unless a close took it meanwhile.
+	child.mu.Lock()
+	hidden = child.sillyName
+	child.sillyDir, child.sillyName = 0, ""
+	child.mu.Unlock()
+	if hidden == "" {
+		return nil
+	}
+	return fs.remove(ctx, c, dir, hidden, nfs3.ProcRemove)
 }
 
 // Rename renames oldName in oldParent to newName in newParent, replacing
@@ -546,11 +566,11 @@ func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, 
 	}
 	moved := fs.knownChild(from, oldName)
 	if victim := fs.knownChild(to, newName); victim != nil && victim != moved {
-		victim.invalidateAttr()
+		fs.invalidateAttr(victim)
 	}
 	fs.changeName(from, oldName, nil, at)
 	if moved != nil {
-		moved.invalidateAttr() // ctime changed
+		fs.invalidateAttr(moved) // ctime changed
 		moved.mu.Lock()
 		if moved.attr.Type == nfs3.TypeDir {
 			moved.parent = to.id

@@ -205,6 +205,7 @@ func (w *writeback) write(ctx context.Context, of *openFile, c *Cred, off uint64
 	st.cred = Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)}
 	before := st.dirty.bytes()
 	st.dirty = st.dirty.insert(off, p)
+	n.changes.Add(1) // after the data is pending: see pendingIn
 	grown := int64(st.dirty.bytes()) - int64(before)
 	// Stream out full wsize chunks once two are dirty back to back, so a
 	// large sequential write is pipelined while the last chunk stays behind
@@ -480,11 +481,13 @@ func (w *writeback) overlay(n *inode, off uint64, dst []byte) int {
 func (w *writeback) truncated(n *inode, size uint64) {
 	st := peek(n)
 	if st == nil {
+		n.changes.Add(1)
 		return
 	}
 	st.mu.Lock()
 	before, cleanBefore := st.dirty.bytes(), st.clean.bytes()
 	st.dirty = st.dirty.truncate(size)
+	n.changes.Add(1)
 	st.clean = st.clean.truncate(size)
 	st.baseSize = min(st.baseSize, size)
 	after, cleanAfter := st.dirty.bytes(), st.clean.bytes()

@@ -47,9 +47,11 @@
 // A request waiting for the server fails with EINTR when its caller is
 // interrupted by a signal, as on an NFS mount with intr: the caller has a
 // signal pending that it neither blocks nor ignores (a killed caller
-// included). SIGURG is the exception: the Go runtime sends it to its own
-// threads all the time to preempt goroutines, and the kernel passes that on
-// as an INTERRUPT of whatever request the thread waits for. close and
+// included). Notifications are the exception (SIGURG, SIGCHLD, SIGWINCH,
+// SIGCONT: ignored or continuing by default): the Go runtime sends SIGURG
+// to its own threads all the time to preempt goroutines, a process with
+// children gets SIGCHLD at any time, and the kernel passes either on as an
+// INTERRUPT of whatever request the thread waits for. close and
 // fsync write back regardless: an interrupted close does not take the
 // file's data with it. See reqCtx.
 //

@@ -92,16 +92,21 @@ func status(err error) fuse.Status {
 // stays pending until the request ends: the thread cannot take it while
 // it waits. So whether to honour an INTERRUPT is read from /proc: honoured
 // if the caller has any signal pending (for the thread, or shared by its
-// process) that it neither blocks nor ignores, except SIGURG. SIGURG is
-// the Go runtime's preemption signal, sent to its threads constantly, and
-// ignored by default everywhere else: Go programs using the mount would
-// otherwise see their calls fail at random. A signal whose default action
-// kills shows up as SIGKILL pending, so a killed process is let go too
-// even though a request already handed to us is one the kernel waits out
-// even for SIGKILL. An INTERRUPT not honoured at once (SIGURG alone) is
-// checked again every 200 ms while the request waits, since the kernel
-// sends only one per request. The check needs a goroutine only while the
-// request waits in an RPC (Done was called), and it ends with the request.
+// process) that it neither blocks nor ignores, except the notifications
+// whose default action is to ignore them or to continue: SIGURG, SIGCHLD,
+// SIGWINCH and SIGCONT. A program catches those to be told something (Go's
+// runtime catches them all; SIGURG is its preemption signal, sent to its
+// threads constantly), not to abandon what it is doing, and they come at
+// any time: a process reaping a child got EINTR from a CREATE or REMOVE
+// the server had done, and the retry failed with EEXIST or ENOENT (the
+// kernel does not restart a call that FUSE answers EINTR, SA_RESTART or
+// not). A signal whose default action kills shows up as SIGKILL pending,
+// so a killed process is let go too even though a request already handed
+// to us is one the kernel waits out even for SIGKILL. An INTERRUPT not
+// honoured at once (a notification alone) is checked again every 200 ms
+// while the request waits, since the kernel sends only one per request.
+// The check needs a goroutine only while the request waits in an RPC (Done
+// was called), and it ends with the request.
 type reqCtx struct {
 	op        string
 	cancel    <-chan struct{} // go-fuse's: closed on INTERRUPT
@@ -179,8 +184,8 @@ func (c *reqCtx) finish() {
 
 // callerSignalled reports whether thread tid has a signal pending that
 // interrupts it: pending for the thread or its process, not blocked by the
-// thread, not ignored, and not SIGURG. A thread that is gone counts (it
-// was killed).
+// thread, not ignored, and not a notification (notifyBits). A thread that
+// is gone counts (it was killed).
 func callerSignalled(procDir string, tid uint32) bool {
 	m, err := readSigMasks(procDir, tid)
 	if err != nil {
@@ -199,13 +204,15 @@ type sigMasks struct {
 
 const (
 	sigKillBit = 1 << (uint(syscall.SIGKILL) - 1)
-	sigURGBit  = 1 << (uint(syscall.SIGURG) - 1)
+	// notifyBits are the signals that never interrupt (see reqCtx).
+	notifyBits = 1<<(uint(syscall.SIGURG)-1) | 1<<(uint(syscall.SIGCHLD)-1) |
+		1<<(uint(syscall.SIGWINCH)-1) | 1<<(uint(syscall.SIGCONT)-1)
 )
 
 // interrupts applies the rule of reqCtx to the masks.
 func (m sigMasks) interrupts() bool {
 	// SIGKILL can be neither blocked nor ignored, whatever the masks say.
-	return m.pending&sigKillBit != 0 || m.pending&^(m.blocked|m.ignored|sigURGBit) != 0
+	return m.pending&sigKillBit != 0 || m.pending&^(m.blocked|m.ignored|notifyBits) != 0
 }
 
 func readSigMasks(procDir string, tid uint32) (sigMasks, error) {

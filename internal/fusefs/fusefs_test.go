@@ -69,8 +69,9 @@ func TestRequestCtx(t *testing.T) {
 }
 
 // TestCallerSignalled applies the interrupt rule to /proc status files:
-// any pending signal counts unless it is blocked, ignored or SIGURG;
-// SIGKILL always counts, and so does a thread that is gone.
+// any pending signal counts unless it is blocked, ignored or a
+// notification (SIGURG, SIGCHLD, SIGWINCH, SIGCONT); SIGKILL always counts,
+// and so does a thread that is gone.
 func TestCallerSignalled(t *testing.T) {
 	dir := t.TempDir()
 	const (
@@ -93,7 +94,15 @@ func TestCallerSignalled(t *testing.T) {
 		{zero, intr, intr, zero, false},
 		{intr, zero, zero, intr, false},
 		{urg, intr, zero, zero, true},
-		{zero, "0000000000010000", zero, zero, true}, // SIGCHLD caught
+		// Notifications, caught: a child exiting, a terminal resized, a
+		// continue. A caught SIGCHLD used to interrupt: a Go program
+		// running children got EINTR from a CREATE the server had done,
+		// and its retry EEXIST.
+		{zero, "0000000000010000", zero, zero, false}, // SIGCHLD
+		{zero, "0000000008000000", zero, zero, false}, // SIGWINCH
+		{"0000000000020000", zero, zero, zero, false}, // SIGCONT
+		{zero, "0000000008430000", zero, zero, false}, // all three and SIGURG
+		{zero, "0000000000010002", zero, zero, true},  // SIGCHLD and SIGINT
 	} {
 		d := filepath.Join(dir, fmt.Sprint(i+1))
 		os.MkdirAll(d, 0o755)
