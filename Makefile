@@ -6,7 +6,7 @@ GO ?= go
 # fails with "context deadline exceeded" having found nothing.
 FUZZTIME ?= 200000x
 
-.PHONY: build deps demo test test-go fuzz-short bench-quick vet bench soak clean
+.PHONY: build deps demo test test-go fuzz-short bench-quick soak-quick vet bench soak clean
 
 build:
 	$(GO) build -o bin/hushfs ./cmd/hushfs
@@ -32,7 +32,12 @@ fuzz-short:
 bench-quick:
 	bench/run --quick
 
-test: deps vet test-go fuzz-short bench-quick
+# The soak's short mode (30 s of workloads with faults on): any data
+# mismatch, unexpected error or hang fails CI.
+soak-quick:
+	bench/run soak --quick
+
+test: deps vet test-go fuzz-short bench-quick soak-quick
 
 bench: deps build
 	bench/run
