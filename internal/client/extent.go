@@ -126,6 +126,19 @@ func (l extents) truncate(size uint64) extents {
 	return out
 }
 
+// trim replaces each buffer with much more capacity than data (grown by
+// append, or left behind the chunks streamed from its front) with a
+// right-sized copy, before the data is sent and kept as unstable and clean
+// data, which would otherwise pin the spare capacity uncounted.
+func (l extents) trim() {
+	for i := range l {
+		d := l[i].data
+		if spare := cap(d) - len(d); spare > 4<<10 && spare > len(d)/8 {
+			l[i].data = slices.Clone(d)
+		}
+	}
+}
+
 // chunks splits the list into pieces of at most max bytes (sub-slices, no
 // copies), in offset order.
 func (l extents) chunks(max int) []extent {

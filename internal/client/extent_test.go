@@ -117,3 +117,24 @@ func TestInsertSharedNeverWritesBuffers(t *testing.T) {
 		}
 	}
 }
+
+// TestTrimRightSizes: trim copies a buffer whose spare capacity is large
+// into a right-sized one with the same bytes, and leaves a nearly full one.
+func TestTrimRightSizes(t *testing.T) {
+	big := make([]byte, 100<<10, 1<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	full := make([]byte, 64<<10, 65<<10)
+	l := extents{{off: 0, data: big}, {off: 1 << 20, data: full}}
+	l.trim()
+	if c := cap(l[0].data); c > 104<<10 {
+		t.Errorf("100 KiB of data in a 1 MiB buffer: capacity %d after trim", c)
+	}
+	if !bytes.Equal(l[0].data, big) {
+		t.Error("trim changed the bytes")
+	}
+	if &l[1].data[0] != &full[0] {
+		t.Error("a buffer with little spare capacity was copied")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -242,7 +243,12 @@ func (st *fileState) takeStreamLocked(wsize uint64) []extent {
 		return nil
 	}
 	take := (full - 1) * wsize
-	chunk := extent{off: last.off, data: last.data[:take:take]}
+	// The chunks are a copy, not a slice of the dirty buffer: they live on
+	// as unstable and clean data, and a slice would pin the whole buffer
+	// (grown by append to up to twice what it holds, its remainder soon
+	// copied away by the next growth) for as long as they do: kept memory
+	// at about 2.5× what is counted against the limits.
+	chunk := extent{off: last.off, data: slices.Clone(last.data[:take])}
 	// Never two WRITEs of one range in flight: they could land in either
 	// order. Overwrites of data being sent wait for the next flush.
 	if len(uncovered(chunk.off, chunk.end(), st.inflight)) != 1 ||
@@ -380,6 +386,7 @@ func (w *writeback) flush(ctx context.Context, n *inode, stable nfs3.StableHow) 
 			st.cond.Wait()
 		}
 		w.fillGapsLocked(st, gen)
+		st.dirty.trim()
 		chunks := st.dirty.chunks(int(w.fs.wsize))
 		mode := nfs3.Unstable
 		if stable != nfs3.Unstable && len(chunks) == 1 && len(st.unstable) == 0 {
