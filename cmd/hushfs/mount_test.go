@@ -98,4 +98,13 @@ func TestPrintStats(t *testing.T) {
 	if !strings.Contains(lines[4], "total NFS") || !strings.Contains(lines[5], "MOUNT:MNT") {
 		t.Errorf("order: totals before MOUNT lines:\n%s", out)
 	}
+
+	// Data sent again after a write verifier change gets a line of its own.
+	s.Resends = client.WriteResends{Commits: 2, Bytes: 3 << 20}
+	b.Reset()
+	printStats(&b, "/mnt", "srv:/e", &s, since.Add(90*time.Second))
+	lines = strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if want := fmt.Sprintf("write verifier changed at 2 COMMITs (server restarts): %d bytes sent again", 3<<20); len(lines) != 7 || lines[6] != want {
+		t.Errorf("with resends:\n%s\nwant a last line %q", b.String(), want)
+	}
 }

@@ -144,6 +144,9 @@ func printStats(w io.Writer, mnt, source string, s *client.Snapshot, now time.Ti
 		line(name, s.Ops[name])
 	}
 	tw.Flush()
+	if r := s.Resends; r.Commits > 0 {
+		fmt.Fprintf(w, "write verifier changed at %d COMMITs (server restarts): %d bytes sent again\n", r.Commits, r.Bytes)
+	}
 }
 
 // printOrigins prints, per kernel operation, the NFS calls it caused.

@@ -297,6 +297,11 @@ func TestVerifierChangeResends(t *testing.T) {
 	if c.Commits != 2 || c.WriteStable[uint32(nfs3.Unstable)] != 3 {
 		t.Errorf("after restart: COMMITs %d, UNSTABLE WRITEs %d; want 2 and 3 (all resent once)", c.Commits, c.WriteStable[uint32(nfs3.Unstable)])
 	}
+	// The statistics say so too: one COMMIT found the verifier changed, and
+	// all three acknowledged MiB went out again.
+	if r := fs.Stats().Snapshot().Resends; r.Commits != 1 || r.Bytes != 3<<20 {
+		t.Errorf("statistics: %+v resends, want 1 COMMIT and %d bytes", r, 3<<20)
+	}
 	got, _ := os.ReadFile(filepath.Join(ts.dir, "v"))
 	if !bytes.Equal(got, data) {
 		t.Fatal("file differs after resend")

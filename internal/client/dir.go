@@ -141,8 +141,10 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 			var n *inode
 			e.Entry = Entry{}
 			// "." and ".." get no node: the kernel ignores their IDs and
-			// would never forget the reference.
-			if d.plus && d.plusBuf[0].fh != nil && e.Name != "." && e.Name != ".." {
+			// would never forget the reference. Nor does a handle the
+			// server has called stale since the listing was read: the
+			// kernel looks the name up instead.
+			if d.plus && d.plusBuf[0].fh != nil && e.Name != "." && e.Name != ".." && !fs.nodes.staleFH(d.plusBuf[0].fh) {
 				n = fs.plusEntry(d.node, e, &d.plusBuf[0], d.cached)
 			}
 			if !emit(e) {

@@ -93,7 +93,9 @@ func (t *inodeTable) ref(fh nfs3.FH) *inode {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.byFH[string(fh)]
-	if n == nil {
+	if n == nil || n.stale {
+		// A handle the server called stale and now hands out again names
+		// a new file (by the server's word): a new node, never the old.
 		n = &inode{id: t.next, fh: append(nfs3.FH(nil), fh...)}
 		t.next++
 		t.byID[n.id] = n
@@ -114,6 +116,19 @@ func (t *inodeTable) refExisting(fh nfs3.FH) *inode {
 	}
 	n.lookups++
 	return n
+}
+
+// refLive is ref for a handle from an answer that may predate the
+// server calling it stale: it returns nil, taking nothing, if it has.
+func (t *inodeTable) refLive(fh nfs3.FH) *inode {
+	t.mu.Lock()
+	n := t.byFH[string(fh)]
+	stale := n != nil && n.stale
+	t.mu.Unlock()
+	if stale {
+		return nil
+	}
+	return t.ref(fh)
 }
 
 // refID takes one kernel reference on the node with the given ID, if the
@@ -189,15 +204,23 @@ func (t *inodeTable) openCount(in *inode) int {
 	return in.opens
 }
 
-// unlinkFH forgets the handle mapping of a node whose file is gone, so that
-// a later file that happens to get the same handle is a new node.
-func (t *inodeTable) unlinkFH(in *inode) {
+// markStale records that the server called the node's handle stale: no
+// name leads to it again (refID refuses it), a later file that happens to
+// get the same handle is a new node (ref), and meanwhile staleFH can tell
+// that a reply carrying the handle may predate its death.
+func (t *inodeTable) markStale(in *inode) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	in.stale = true
-	if t.byFH[string(in.fh)] == in {
-		delete(t.byFH, string(in.fh))
-	}
+}
+
+// staleFH reports whether the server has called fh stale (as far as the
+// node it named is still known).
+func (t *inodeTable) staleFH(fh nfs3.FH) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.byFH[string(fh)]
+	return n != nil && n.stale
 }
 
 // count returns the number of nodes in the table (for tests and stats).

@@ -58,6 +58,20 @@ func (fs *FS) noteVersionLocked(dir *inode, a *nfs3.Fattr) {
 	if dir.nameVerOK && dir.nameVer == v {
 		return
 	}
+	fs.dropAbsentLocked(dir)
+	if dir.nameVerOK {
+		dir.changedAt = dir.attrTime
+	}
+	dir.nameVer, dir.nameVerOK = v, true
+}
+
+// dropAbsentLocked forgets everything dir's caches say is absent — its
+// negative entries and its complete listing — telling the kernel, for when
+// the server shows something there our caches do not know of. Positive
+// entries stay: each was confirmed, and a stale one heals by a new LOOKUP.
+//
+// LOCKS_REQUIRED(dir.mu)
+func (fs *FS) dropAbsentLocked(dir *inode) {
 	for name, d := range dir.names {
 		if d.node != 0 {
 			continue
@@ -67,12 +81,8 @@ func (fs *FS) noteVersionLocked(dir *inode, a *nfs3.Fattr) {
 		}
 		delete(dir.names, name)
 	}
-	dir.namesGen++
+	dir.namesGen++ // a listing being gathered now is not complete either
 	dir.list = nil
-	if dir.nameVerOK {
-		dir.changedAt = dir.attrTime
-	}
-	dir.nameVer, dir.nameVerOK = v, true
 }
 
 // setNameLocked records that name in dir is node (0: absent), as of at,
@@ -287,12 +297,35 @@ func (fs *FS) lookupRPC(ctx context.Context, c *Cred, dir *inode, name string) (
 	if !fs.cachingNames() {
 		key = "" // sharing would be a cache: with none, everyone asks
 	}
+	e, err, dead := fs.lookupShared(ctx, c, dir, name, key)
+	if dead {
+		// We joined a LOOKUP answered before the server called the handle
+		// it found stale: ask again, alone.
+		e, err, _ = fs.lookupShared(ctx, c, dir, name, "")
+	}
+	return e, err
+}
+
+// lookupShared is lookupRPC sharing the call by key (none if empty). dead
+// says the answer's handle has been called stale since (never when key is
+// empty: the call's own answer was checked after it came).
+func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key string) (e Entry, err error, dead bool) {
 	v, err := fs.flightOrCall(ctx, key, func() (any, error) {
 		var res nfs3.LookupRes
-		at := fs.now()
+		var at time.Time
 		args := nfs3.LookupArgs{What: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}}
-		if err := fs.call(ctx, c, nfs3.ProcLookup, &args, &res); err != nil {
-			return nil, err
+		for asked := 0; ; asked++ {
+			at = fs.now()
+			if err := fs.call(ctx, c, nfs3.ProcLookup, &args, &res); err != nil {
+				return nil, err
+			}
+			// A handle the server has called stale since: this answer was
+			// made before the file went (another client removed it while
+			// the call was on its way). Ask once more; the new answer is
+			// believed whatever it says.
+			if res.Status != nfs3.OK || asked > 0 || !fs.nodes.staleFH(res.Obj) {
+				break
+			}
 		}
 		fs.applyAttr(dir, &res.DirAttr, at)
 		fs.noteStale(dir, res.Status)
@@ -324,24 +357,30 @@ func (fs *FS) lookupRPC(ctx context.Context, c *Cred, dir *inode, name string) (
 	})
 	if err != nil {
 		if err == nfs3.ErrNoEnt && fs.opts.LookupCache == LookupCacheAll && !fs.opts.NoAC {
-			return Entry{EntryTTL: fs.opts.NegTimeo}, err
+			return Entry{EntryTTL: fs.opts.NegTimeo}, err, false
 		}
-		return Entry{}, err
+		return Entry{}, err, false
 	}
 	r := v.(*lookupResult)
-	n := fs.nodes.ref(r.fh)
+	n := fs.nodes.refLive(r.fh)
+	if n == nil {
+		if key != "" {
+			return Entry{}, nil, true
+		}
+		n = fs.nodes.ref(r.fh) // the server insists: a new file
+	}
 	fs.applyAttr(n, &r.attr, r.at)
 	a, err := fs.attrOrFetch(ctx, c, n)
 	if err != nil {
 		fs.nodes.forget(n.id, 1)
-		return Entry{}, err
+		return Entry{}, err, false
 	}
 	if a.Type == nfs3.TypeDir {
 		n.mu.Lock()
 		n.parent = dir.id
 		n.mu.Unlock()
 	}
-	return fs.entryFor(n, &a, dir), nil
+	return fs.entryFor(n, &a, dir), nil, false
 }
 
 // flightOrCall runs fn shared by key, or alone when key is empty. A caller

@@ -88,7 +88,7 @@ func (fs *FS) getattrRPC(ctx context.Context, c *Cred, n *inode) (nfs3.Fattr, ti
 // no cached name leads to it again (the next lookup asks the server).
 func (fs *FS) noteStale(n *inode, st nfs3.Status) {
 	if st == nfs3.ErrStale || st == nfs3.ErrBadHandle {
-		fs.nodes.unlinkFH(n)
+		fs.nodes.markStale(n)
 	}
 }
 
@@ -267,6 +267,10 @@ func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
 func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string, res *nfs3.CreateRes, at time.Time) (Entry, error) {
 	fs.applyDirOpWcc(dir, &res.DirWcc, at, res.Status, name, nfs3.ErrExist)
 	if res.Status != nfs3.OK {
+		// A directory another client removed: its name must stop leading
+		// here, or the kernel's retry of the create (a fresh walk of the
+		// path) would be handed the same dead directory again.
+		fs.noteStale(dir, res.Status)
 		return Entry{}, res.Status
 	}
 	if !res.Obj.Present {
@@ -391,6 +395,14 @@ func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode
 	// mode and times now.
 	set := SetAttrIn{SetMode: true, Mode: mode, Atime: SetTime{How: TimeNow}, Mtime: SetTime{How: TimeNow}}
 	a, ttl, err := fs.SetAttr(ctx, c, e.Node, set)
+	if Errno(err) == syscall.ESTALE {
+		// Another client removed the new file before its attributes were
+		// set. The create happened all the same, as a local file unlinked
+		// right after its creation: the open succeeds and its write-back
+		// fails, just as when a CREATE carrying the attributes itself
+		// (without O_EXCL) meets the same removal.
+		return e, true, nil
+	}
 	if err != nil {
 		fs.nodes.forget(e.Node, 1)
 		return Entry{}, false, err
@@ -485,6 +497,10 @@ func (fs *FS) remove(ctx context.Context, c *Cred, dir *inode, name string, proc
 	}
 	fs.applyDirOpWcc(dir, &res.DirWcc, at, res.Status, name, nfs3.ErrNoEnt)
 	if res.Status != nfs3.OK {
+		fs.noteStale(dir, res.Status)
+		if proc == nfs3.ProcRmdir && notEmpty(res.Status) {
+			fs.distrustEmpty(ctx, c, dir, name)
+		}
 		return res.Status
 	}
 	if child := fs.knownChild(dir, name); child != nil {
@@ -492,6 +508,36 @@ func (fs *FS) remove(ctx context.Context, c *Cred, dir *inode, name string, proc
 	}
 	fs.changeName(dir, name, nil, at)
 	return nil
+}
+
+// notEmpty reports whether st is the server's "directory not empty"
+// (RFC 1813 allows NFS3ERR_EXIST for it too).
+func notEmpty(st nfs3.Status) bool { return st == nfs3.ErrNotEmpty || st == nfs3.ErrExist }
+
+// distrustEmpty handles the server's word that directory name in dir is
+// not empty: what our caches say of its contents may be a listing from
+// before another client added to it, kept fresh by our own removals (each
+// REMOVE's wcc data vouches only for the change it made). Unless the
+// caches stop answering for it, rm -rf would list nothing, try rmdir again,
+// and loop until the attributes expire.
+func (fs *FS) distrustEmpty(ctx context.Context, c *Cred, dir *inode, name string) {
+	child := fs.knownChild(dir, name)
+	if child == nil {
+		// Not in the name cache: the node may still be known (the kernel
+		// holds it) with a listing of its own.
+		var res nfs3.LookupRes
+		args := nfs3.LookupArgs{What: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}}
+		if err := fs.call(ctx, c, nfs3.ProcLookup, &args, &res); err != nil || res.Status != nfs3.OK {
+			return
+		}
+		if child = fs.nodes.lookupFH(res.Obj); child == nil {
+			return // never seen: nothing cached to distrust
+		}
+	}
+	child.mu.Lock()
+	fs.dropAbsentLocked(child)
+	child.attrValid = false // the next listing starts with a GETATTR
+	child.mu.Unlock()
 }
 
 // sillyRename hides an open file under a unique name in the same directory.
@@ -562,6 +608,9 @@ func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, 
 		fs.applyDirOpWcc(to, &res.ToDirWcc, at, res.Status, "", 0)
 	}
 	if res.Status != nfs3.OK {
+		if from == to {
+			fs.noteStale(from, res.Status) // with two directories, which one is unknown
+		}
 		return res.Status
 	}
 	moved := fs.knownChild(from, oldName)

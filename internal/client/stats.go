@@ -48,6 +48,15 @@ type Stats struct {
 	start   time.Time
 	ops     map[string]*OpStats          // GUARDED_BY(mu); key: "GETATTR", "MOUNT:MNT", ...
 	origins map[string]map[string]uint64 // GUARDED_BY(mu); origin → procedure → calls
+	resends WriteResends                 // GUARDED_BY(mu)
+}
+
+// WriteResends counts the data sent again because a COMMIT's write
+// verifier differed from the one the data was acknowledged under (the
+// server restarted and may have lost it).
+type WriteResends struct {
+	Commits uint64 `json:"commits"` // COMMITs that found a changed verifier
+	Bytes   uint64 `json:"bytes"`   // bytes made dirty again by them
 }
 
 func newStats() *Stats {
@@ -90,6 +99,15 @@ func procKey(prog, vers, proc uint32) string {
 	return "OTHER"
 }
 
+// countResend records one COMMIT that found bytes acknowledged under
+// another write verifier.
+func (s *Stats) countResend(bytes uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resends.Commits++
+	s.resends.Bytes += bytes
+}
+
 // observe is the RPC client's per-call hook.
 func (s *Stats) observe(c *rpc.CallStats) {
 	key := procKey(c.Prog, c.Vers, c.Proc)
@@ -108,13 +126,16 @@ type Snapshot struct {
 	Since   time.Time                    `json:"since"`
 	Ops     map[string]OpStats           `json:"ops"`     // NFS procedures by name; MOUNT:/PORTMAP: prefixed
 	Origins map[string]map[string]uint64 `json:"origins"` // kernel operation → NFS procedure → calls
+	// Resends: data sent again after the write verifier changed.
+	Resends WriteResends `json:"write_resends"`
 }
 
 // Snapshot copies the counters.
 func (s *Stats) Snapshot() Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := Snapshot{Since: s.start, Ops: make(map[string]OpStats, len(s.ops)), Origins: map[string]map[string]uint64{}}
+	out := Snapshot{Since: s.start, Ops: make(map[string]OpStats, len(s.ops)), Origins: map[string]map[string]uint64{},
+		Resends: s.resends}
 	for k, v := range s.ops {
 		out.Ops[k] = *v
 	}
@@ -130,6 +151,7 @@ func (s *Stats) Reset() {
 	defer s.mu.Unlock()
 	s.ops = map[string]*OpStats{}
 	s.origins = map[string]map[string]uint64{}
+	s.resends = WriteResends{}
 	s.start = time.Now()
 }
 

@@ -449,17 +449,21 @@ func (w *writeback) commit(ctx context.Context, n *inode, st *fileState) (resent
 		return false, err
 	}
 	var freed int64
+	var again uint64
 	for _, u := range st.unstable {
 		if u.verf != res.Verf {
 			st.dirty = st.dirty.insert(u.off, u.data)
-			resent = true
+			again += uint64(len(u.data))
 		} else {
 			freed += int64(len(u.data))
 		}
 	}
 	st.unstable = nil
 	w.account(-freed)
-	return resent, nil
+	if again > 0 {
+		w.fs.stats.countResend(again)
+	}
+	return again > 0, nil
 }
 
 func uncommittedBytes(l []uncommitted) uint64 {

@@ -73,14 +73,24 @@ func (s *Server) lookup(id *identity, a *nfs3.LookupArgs) (r nfs3.LookupRes) {
 	if err == nil && parentFd >= 0 {
 		child, err = s.parentNode(parentFd)
 	}
+	// An entry removed between its opening and now (by another client or
+	// a local process) no longer exists: NOENT. STALE would speak of the
+	// directory, the only handle in the call, which is still there.
+	childStatus := func(err error) nfs3.Status {
+		st := s.statusOf(err)
+		if st == nfs3.ErrStale && name != ".." {
+			st = nfs3.ErrNoEnt
+		}
+		return st
+	}
 	if err != nil {
-		r.Status = s.statusOf(err)
+		r.Status = childStatus(err)
 		return r
 	}
 	defer s.cache.release(child)
 	var st unix.Stat_t
 	if err := s.stat(child, &st); err != nil {
-		r.Status = s.statusOf(err)
+		r.Status = childStatus(err)
 		return r
 	}
 	r.Obj = child.fh

@@ -114,8 +114,14 @@ func StartGanesha(t T, opts GaneshaOptions) *Ganesha {
 	// Pdeathsig chain the same way upwards: if the test binary itself dies
 	// (a -timeout panic skips every cleanup), ganesha and rpcbind die with
 	// it instead of outliving the test.
+	//
+	// The new mount namespace starts as a copy of the host's, FUSE mounts
+	// of other tests included: a copy would keep such a mount alive after
+	// the host unmounts it, and its daemon from ever exiting. They are
+	// detached here at once; ganesha needs none of them.
 	const script = `set -e
 mount -n -t tmpfs -o mode=0755 hushfs-run /run
+grep -E ' - fuse(\.[^ ]*)? ' /proc/self/mountinfo | cut -d' ' -f5 | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 rpcbind -f >"$1/rpcbind.log" 2>&1 &
 i=0
 while [ ! -S /run/rpcbind.sock ]; do

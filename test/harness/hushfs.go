@@ -237,7 +237,25 @@ func pingAddr(ctx context.Context, addr string, prog, vers uint32) error {
 // crash and restart would.
 func (s *Serve) Restart(t T) {
 	t.Helper()
+	s.Kill(t)
+	s.StartAgain(t)
+}
+
+// Kill kills the server with SIGKILL and waits for it to exit; StartAgain
+// brings it back. Between the two the server is down, as after a crash.
+func (s *Serve) Kill(t T) {
+	t.Helper()
 	s.p.kill(t)
+}
+
+// StartAgain starts a killed server again on the same ports with the same
+// state directory (so its file handles stay valid) and waits until it
+// answers. Its write verifier is a new one.
+func (s *Serve) StartAgain(t T) {
+	t.Helper()
+	if s.Alive() {
+		t.Fatalf("hushfs serve pid %d is still running", s.Cmd.Process.Pid)
+	}
 	_, nfsPort, err := net.SplitHostPort(s.NFSAddr)
 	if err != nil {
 		t.Fatal(err)
