@@ -330,7 +330,9 @@ func TestScrapeAfterCalls(t *testing.T) {
 			t.Errorf("_sum %v = %v", key, sum)
 		}
 		if key[1] == "COMMIT" {
-			if buckets["0.025"] != 0 || buckets["0.05"] != 2 || sum < 0.06 {
+			// Each took at least its 30 ms; how much longer depends on
+			// the machine's load, so no upper bound.
+			if buckets["0.025"] != 0 || buckets["+Inf"] != 2 || sum < 0.06 {
 				t.Errorf("30 ms COMMITs: buckets %v, sum %v", buckets, sum)
 			}
 		}
