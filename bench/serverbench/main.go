@@ -52,6 +52,7 @@ func main() {
 	concs := flag.String("conc", "1,16", "calls in flight over the one connection")
 	servers := flag.String("servers", "hushfs,hushfs-async,ganesha", "servers to measure: hushfs, hushfs-async (serve --async), ganesha")
 	out := flag.String("out", "bench/results/server-ops.md", "markdown file to write ('' for none)")
+	only := flag.String("only", "meta,random,seq,calls", "scenarios to run: meta (create+stat+remove), random (4 KiB random READ), seq (1 GiB sequential read and write), calls (GETATTR, LOOKUP, READ, WRITE over one connection)")
 	flag.Parse()
 	var conc []int
 	for _, s := range strings.Split(*concs, ",") {
@@ -64,13 +65,14 @@ func main() {
 	}
 	var table string
 	ok := harness.Run(func(t *harness.Program) {
+		set := scenarioSet(t, *only)
 		var targets []*target
 		for _, s := range strings.Split(*servers, ",") {
 			s = strings.TrimSpace(s)
 			switch s {
 			case "hushfs", "hushfs-async":
 				dir := t.TempDir()
-				populate(t, dir)
+				populate(t, dir, set["seq"])
 				name, args := "hushfs serve", []string(nil)
 				if s == "hushfs-async" {
 					// Replies to metadata changes before they are on disk,
@@ -84,7 +86,7 @@ func main() {
 					mount: func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", sv.MountAddr) }})
 			case "ganesha":
 				dir := t.TempDir()
-				populate(t, dir)
+				populate(t, dir, set["seq"])
 				g := harness.StartGanesha(t, harness.GaneshaOptions{ExportDir: dir})
 				targets = append(targets, &target{name: "ganesha 4.3", export: g.ExportPath, dir: dir,
 					dial: g.Dial, mount: g.DialMount})
@@ -92,7 +94,7 @@ func main() {
 				t.Fatalf("unknown server %q", s)
 			}
 		}
-		table = run(t, targets, conc, *duration)
+		table = run(t, targets, conc, *duration, set)
 	})
 	if !ok {
 		os.Exit(1)
@@ -107,8 +109,10 @@ func main() {
 
 const bigSize = 256 << 20
 
-// populate makes the files the workloads use.
-func populate(t *harness.Program, dir string) {
+// populate makes the files the workloads use (the 1 GiB one only if seq),
+// and syncs them: write-back of what it wrote must not run during the
+// measurements, where it would slow down every sync the servers make.
+func populate(t *harness.Program, dir string, seq bool) {
 	buf := make([]byte, 1<<20)
 	rand.Read(buf)
 	f, err := os.Create(filepath.Join(dir, "big"))
@@ -120,6 +124,9 @@ func populate(t *harness.Program, dir string) {
 			t.Fatalf("populate: %v", err)
 		}
 	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("populate: %v", err)
+	}
 	f.Close()
 	if err := os.WriteFile(filepath.Join(dir, "small"), buf[:64<<10], 0o644); err != nil {
 		t.Fatalf("populate: %v", err)
@@ -130,16 +137,30 @@ func populate(t *harness.Program, dir string) {
 	if err := os.Mkdir(filepath.Join(dir, "meta"), 0o777); err != nil {
 		t.Fatalf("populate: %v", err)
 	}
+	// Without seq an empty "seq", as connect looks it up.
 	f, err = os.Create(filepath.Join(dir, "seq"))
 	if err != nil {
 		t.Fatalf("populate: %v", err)
 	}
-	for off := 0; off < seqSize; off += len(buf) {
-		if _, err := f.Write(buf); err != nil {
-			t.Fatalf("populate: %v", err)
+	if seq {
+		for off := 0; off < seqSize; off += len(buf) {
+			if _, err := f.Write(buf); err != nil {
+				t.Fatalf("populate: %v", err)
+			}
 		}
 	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("populate: %v", err)
+	}
 	if err := f.Close(); err != nil {
+		t.Fatalf("populate: %v", err)
+	}
+	d, err := os.Open(dir)
+	if err == nil {
+		err = d.Sync()
+		d.Close()
+	}
+	if err != nil {
 		t.Fatalf("populate: %v", err)
 	}
 }
@@ -288,7 +309,21 @@ func measure(t *harness.Program, s *session, w workload, conc int, d time.Durati
 	return float64(done.Load()) / secs
 }
 
-func run(t *harness.Program, targets []*target, conc []int, d time.Duration) string {
+// scenarioSet parses -only.
+func scenarioSet(t *harness.Program, list string) map[string]bool {
+	set := map[string]bool{}
+	for _, s := range strings.Split(list, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "meta", "random", "seq", "calls":
+			set[s] = true
+		default:
+			t.Fatalf("unknown scenario %q in -only", s)
+		}
+	}
+	return set
+}
+
+func run(t *harness.Program, targets []*target, conc []int, d time.Duration, only map[string]bool) string {
 	sessions := make([]*session, len(targets))
 	for i, tg := range targets {
 		sessions[i] = connect(t, tg)
@@ -304,22 +339,31 @@ func run(t *harness.Program, targets []*target, conc []int, d time.Duration) str
 		cells = append(cells, cl)
 	}
 	for _, c := range conc {
-		each("create+stat+remove", "ops/s", "clients", c, func(_ int, tg *target) float64 {
-			return metaOps(t, tg, func(s *session) nfs3.FH { return s.meta }, c, d)
-		})
+		if only["meta"] {
+			each("create+stat+remove", "ops/s", "clients", c, func(_ int, tg *target) float64 {
+				return metaOps(t, tg, func(s *session) nfs3.FH { return s.meta }, c, d)
+			})
+		}
 	}
 	for _, c := range conc {
-		each("READ 4 KiB random", "ops/s", "in flight", c, func(i int, tg *target) float64 {
-			return randomRead4K(t, tg, sessions[i], c, d)
+		if only["random"] {
+			each("READ 4 KiB random", "ops/s", "in flight", c, func(i int, tg *target) float64 {
+				return randomRead4K(t, tg, sessions[i], c, d)
+			})
+		}
+	}
+	if only["seq"] {
+		each("sequential read 1 GiB", "MB/s", "in flight", seqInFlight, func(i int, tg *target) float64 {
+			return seqRead(t, tg, sessions[i])
+		})
+		each("sequential write 1 GiB", "MB/s", "in flight", seqInFlight, func(i int, tg *target) float64 {
+			return seqWrite(t, tg, sessions[i], "seqw")
 		})
 	}
-	each("sequential read 1 GiB", "MB/s", "in flight", seqInFlight, func(i int, tg *target) float64 {
-		return seqRead(t, tg, sessions[i])
-	})
-	each("sequential write 1 GiB", "MB/s", "in flight", seqInFlight, func(i int, tg *target) float64 {
-		return seqWrite(t, tg, sessions[i], "seqw")
-	})
 	for _, w := range workloads() {
+		if !only["calls"] {
+			break
+		}
 		for _, c := range conc {
 			cl := cell{op: w.name, conc: c, who: "in flight", unit: w.unit, value: map[string]float64{}}
 			for i, tg := range targets {

@@ -124,7 +124,8 @@ type ServerStats struct {
 // to a pool of worker goroutines shared by all connections, and a writer
 // goroutine, which sends replies in the order they complete. Workers never
 // write to sockets, so a client that stops reading blocks only its own
-// connection, never the pool.
+// connection, never the pool. A call alone on its connection runs on the
+// reader instead, which sends its reply itself (serverConn.mayInline).
 type Server struct {
 	opts ServerOptions
 	logf func(format string, args ...any)
@@ -140,6 +141,11 @@ type Server struct {
 
 	drc   *drc // nil when disabled
 	epoch time.Time
+
+	// inlining counts calls running on their connection's reader (see
+	// serverConn.mayInline); at most opts.Workers at once, so inline calls
+	// no more than double the handlers that can run.
+	inlining atomic.Int32
 
 	accepted, refused, evicted atomic.Uint64
 	peakHeld                   atomic.Int64
@@ -304,8 +310,8 @@ func (s *Server) idlest() *serverConn {
 	var best *serverConn
 	for c := range s.conns {
 		// The reader holds one token while it waits for a record; any
-		// other is a call in flight.
-		if len(c.slots) > 1 {
+		// other is a call in flight, and so is one it runs itself.
+		if len(c.slots) > 1 || c.inlineRunning() {
 			continue
 		}
 		if best == nil || c.lastActive.Load() < best.lastActive.Load() {
@@ -381,12 +387,13 @@ func (s *Server) Close() error {
 // job is one call on its way through a worker. It owns the record buffer
 // that Call's slices alias.
 type job struct {
-	c     *serverConn
-	h     Handler
-	call  Call
-	rec   []byte
-	drc   *drcEntry // the call's cache entry, if its procedure is cached
-	start time.Time // when the record was read, if calls are observed
+	c      *serverConn
+	h      Handler
+	call   Call
+	rec    []byte
+	drc    *drcEntry // the call's cache entry, if its procedure is cached
+	start  time.Time // when the record was read, if calls are observed
+	inline bool      // run on the connection's reader
 }
 
 type replyBuf struct{ b []byte }
@@ -401,7 +408,7 @@ func (s *Server) putJob(j *job) {
 	if cap(j.rec) > maxPooledBuf {
 		return
 	}
-	j.c, j.h, j.drc = nil, nil, nil
+	j.c, j.h, j.drc, j.inline = nil, nil, nil, false
 	j.call = Call{}
 	j.rec = j.rec[:0]
 	s.jobs.Put(j)
@@ -442,6 +449,25 @@ type serverConn struct {
 
 	done      chan struct{}
 	closeOnce sync.Once
+
+	// br is the connection's read buffer, used only by the goroutine that
+	// holds the reading role: the reader, or the one it handed the role to
+	// while it ran a call inline (takeOver).
+	br *bufio.Reader
+	// takeover fires inlineGrace into an inline call and hands the
+	// reading role to a new goroutine, so that a slow call does not hold
+	// up the calls behind it.
+	takeover *time.Timer
+	tickets  uint64 // inline calls so far; used by the reading goroutine only
+
+	rmu sync.Mutex
+	// inline is the ticket of the call the reader runs inline, 0 when
+	// none (or when its reading role has been handed over).
+	inline uint64
+	// readers counts the connection's reader goroutines: two while one
+	// finishes an inline call it handed the reading over from. The last
+	// to end cleans up.
+	readers int
 }
 
 func (s *Server) newConn(nc net.Conn) *serverConn {
@@ -453,10 +479,20 @@ func (s *Server) newConn(nc net.Conn) *serverConn {
 		slots:   make(chan struct{}, s.opts.MaxInFlightPerConn),
 		replies: make(chan *replyBuf, s.opts.MaxInFlightPerConn),
 		done:    make(chan struct{}),
+		br:      bufio.NewReaderSize(nc, 32<<10),
 	}
 	c.ctx, c.stop = context.WithCancel(s.ctx)
 	c.lastActive.Store(s.sinceEpoch())
+	c.takeover = time.AfterFunc(time.Hour, c.takeOver)
+	c.takeover.Stop()
+	c.readers = 1
 	return c
+}
+
+func (c *serverConn) inlineRunning() bool {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	return c.inline != 0
 }
 
 // addHeld accounts n more (or, negative, fewer) bytes to the connection and
@@ -483,16 +519,35 @@ func (c *serverConn) close() {
 
 func (c *serverConn) release() { <-c.slots }
 
+// readLoop reads calls until the connection ends, or until it has handed
+// the reading role to another goroutine (an inline call ran long). The
+// last reader of a connection to end closes it.
 func (c *serverConn) readLoop() {
 	s := c.s
-	defer s.connWG.Done()
+	// Deferred: the goroutine may also end inside a handler it runs
+	// (handlerExited).
 	defer func() {
+		c.rmu.Lock()
+		c.readers--
+		last := c.readers == 0
+		c.rmu.Unlock()
+		if !last {
+			return // the connection lives on with the reader it handed over to
+		}
 		c.close()
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
+		s.connWG.Done()
 	}()
-	br := bufio.NewReaderSize(c.nc, 32<<10)
+	c.readCalls()
+}
+
+// readCalls is readLoop's loop. It reports whether it stopped because the
+// reading role went to another goroutine.
+func (c *serverConn) readCalls() (handedOver bool) {
+	s := c.s
+	br := c.br
 	for {
 		select {
 		case c.slots <- struct{}{}:
@@ -505,7 +560,7 @@ func (c *serverConn) readLoop() {
 			} else if !c.closing() {
 				s.connLogf("rpc: connection from %v: %v", c.info.RemoteAddr, err)
 			}
-			return
+			return false
 		}
 		j := s.getJob()
 		rec, err := ReadRecord(br, j.rec, s.opts.MaxRecord)
@@ -517,7 +572,7 @@ func (c *serverConn) readLoop() {
 			} else if !c.closing() {
 				s.connLogf("rpc: closing connection from %v: %v", c.info.RemoteAddr, err)
 			}
-			return
+			return false
 		}
 		if s.opts.Observe != nil {
 			j.start = time.Now()
@@ -557,6 +612,12 @@ func (c *serverConn) readLoop() {
 			s.putReply(rb)
 			j.call.Conn = &c.info
 			j.c, j.h = c, pv.h
+			if c.mayInline() {
+				if !c.runInline(j) {
+					return true
+				}
+				continue
+			}
 			select {
 			case s.work <- j:
 			case <-c.done:
@@ -564,7 +625,7 @@ func (c *serverConn) readLoop() {
 					releaseWaiters(s.drc.abandon(j.drc))
 				}
 				s.putJob(j)
-				return
+				return false
 			}
 		case verdictReply:
 			c.addHeld(len(rb.b) - len(rec))
@@ -580,8 +641,99 @@ func (c *serverConn) readLoop() {
 			s.putJob(j)
 			s.putReply(rb)
 			s.connLogf("rpc: closing connection from %v: malformed call header", c.info.RemoteAddr)
-			return
+			return false
 		}
+	}
+}
+
+// inlineGrace is how long a call may run on its connection's reader before
+// the reading role passes to a new goroutine. Most calls take a few tens of
+// microseconds; one that waits for the disk should not hold up the calls
+// queued behind it for longer than this.
+const inlineGrace = 500 * time.Microsecond
+
+// mayInline reports whether the call just read may run on the reader
+// itself rather than on a worker: when it is the connection's only call in
+// flight and no further call is already buffered, a worker would only add
+// two hand-offs between goroutines (to the worker and to the writer) to
+// the call's latency, and the reader would have nothing to do meanwhile.
+// It takes one of the server's inline places, which runInline gives back.
+func (c *serverConn) mayInline() bool {
+	// The reader's token is the call's own: no other call is running or
+	// waiting for its reply to be sent, so the writer is idle.
+	if len(c.slots) != 1 || c.br.Buffered() != 0 {
+		return false
+	}
+	if c.s.inlining.Add(1) > int32(c.s.opts.Workers) {
+		c.s.inlining.Add(-1)
+		return false
+	}
+	return true
+}
+
+// runInline runs j on the reader and writes its reply itself. It reports
+// false if the call outlasted inlineGrace and the reading role went to a
+// new goroutine meanwhile: the caller must then stop reading.
+func (c *serverConn) runInline(j *job) bool {
+	c.tickets++
+	ticket := c.tickets
+	c.rmu.Lock()
+	c.inline = ticket
+	c.rmu.Unlock()
+	c.takeover.Reset(inlineGrace)
+	j.inline = true
+	rb := c.s.execute(j)
+	c.rmu.Lock()
+	kept := c.inline == ticket
+	if kept {
+		c.inline = 0
+	}
+	c.rmu.Unlock()
+	if kept {
+		c.takeover.Stop()
+	}
+	c.s.inlining.Add(-1) // (handlerExited gives it back if the handler never returns)
+	if rb != nil {
+		c.sendNow(rb)
+	}
+	c.release()
+	return kept
+}
+
+// takeOver runs when an inline call exceeds inlineGrace: a new goroutine
+// takes over reading the connection, and the call's goroutine stops
+// reading once it has answered it.
+func (c *serverConn) takeOver() {
+	c.rmu.Lock()
+	if c.inline == 0 {
+		c.rmu.Unlock()
+		return // the call finished first
+	}
+	c.inline = 0
+	// The old reader is still in its call: the connection's count in
+	// connWG is held until both readers have ended.
+	c.readers++
+	c.rmu.Unlock()
+	go c.readLoop()
+}
+
+// sendNow writes one reply on the caller's goroutine. Used for inline
+// calls only, whose connection has no other reply pending: net.Conn
+// writes are atomic with respect to each other, so a reply the writer
+// goroutine sends at the same time (after a takeover) cannot interleave.
+func (c *serverConn) sendNow(rb *replyBuf) {
+	if idle := c.s.opts.IdleTimeout; idle > 0 {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(idle))
+	}
+	_, err := c.nc.Write(rb.b)
+	c.addHeld(-len(rb.b))
+	c.lastActive.Store(c.s.sinceEpoch())
+	c.s.putReply(rb)
+	if err != nil {
+		if !c.closing() {
+			c.s.connLogf("rpc: writing reply to %v: %v", c.info.RemoteAddr, err)
+		}
+		c.close()
 	}
 }
 
@@ -689,14 +841,35 @@ func (c *serverConn) writeLoop() {
 }
 
 func (s *Server) worker() {
-	defer s.workerWG.Done()
+	returned := false
+	defer func() {
+		// A worker whose goroutine ended inside a handler
+		// (handlerExited) is replaced, unless the server is closing.
+		if !returned && !s.isClosed() {
+			s.workerWG.Add(1)
+			go s.worker()
+		}
+		s.workerWG.Done()
+	}()
 	for j := range s.work {
 		s.run(j)
 	}
+	returned = true
 }
 
-// run executes one call and queues its reply.
+// run executes one call and queues its reply for the writer.
 func (s *Server) run(j *job) {
+	c := j.c
+	if rb := s.execute(j); rb != nil {
+		c.replies <- rb // never blocks: the reply holds the call's slot
+	} else {
+		c.release()
+	}
+}
+
+// execute runs one call and returns its reply record, or nil if the
+// handler dropped the call. It consumes j; the call's slot stays taken.
+func (s *Server) execute(j *job) *replyBuf {
 	c := j.c
 	recLen := len(j.rec)
 	if obs := s.opts.Observe; obs != nil {
@@ -724,8 +897,7 @@ func (s *Server) run(j *job) {
 			rb.b = b
 			s.putReply(rb)
 			s.putJob(j)
-			c.release()
-			return
+			return nil
 		case errors.As(err, &ae):
 			b = appendAcceptError(b[:start+4], j.call.XID, ae)
 		case errors.As(err, &de):
@@ -750,7 +922,7 @@ func (s *Server) run(j *job) {
 	}
 	c.addHeld(len(b) - recLen)
 	s.putJob(j)
-	c.replies <- rb
+	return rb
 }
 
 // releaseWaiters gives back the slots of connections that waited for a
@@ -764,12 +936,44 @@ func releaseWaiters(ws []*serverConn) {
 // invoke calls the handler, turning a panic into an error so that no
 // handler can bring the server down.
 func (s *Server) invoke(ctx context.Context, j *job, reply []byte) (out []byte, err error) {
+	returned := false
 	defer func() {
 		if p := recover(); p != nil {
 			out, err = nil, fmt.Errorf("handler panic: %v\n%s", p, debug.Stack())
+		} else if !returned {
+			s.handlerExited(j)
 		}
 	}()
-	return j.h.ServeRPC(ctx, &j.call, reply)
+	out, err = j.h.ServeRPC(ctx, &j.call, reply)
+	returned = true
+	return out, err
+}
+
+// handlerExited cleans up after a handler that ended its goroutine
+// (runtime.Goexit) instead of returning: a handler does so when it cannot
+// restore the credentials of its thread, which the runtime then discards
+// with the goroutine. The call gets no reply; its connection is closed, so
+// that the client resends what it has pending on a new one at once rather
+// than after a timeout. A worker ended so is replaced (worker).
+func (s *Server) handlerExited(j *job) {
+	c := j.c
+	s.logf("rpc: prog %d vers %d proc %d from %v: the handler ended its goroutine; closing the connection",
+		j.call.Prog, j.call.Vers, j.call.Proc, c.info.RemoteAddr)
+	if j.drc != nil {
+		releaseWaiters(s.drc.abandon(j.drc))
+	}
+	c.addHeld(-len(j.rec))
+	c.close()
+	c.release()
+	if j.inline {
+		s.inlining.Add(-1)
+		// No takeover now: the ending reader's goroutine cleans up
+		// as the connection's last reader, unless one took over already.
+		c.rmu.Lock()
+		c.inline = 0
+		c.rmu.Unlock()
+		c.takeover.Stop()
+	}
 }
 
 // verdict is what the connection does with a record.

@@ -43,6 +43,9 @@ type fileIO interface {
 	SyncFileRange(fd int, off, n int64, flags int) error
 	// Fadvise is posix_fadvise(2).
 	Fadvise(fd int, off, n int64, advice int) error
+	// Syncfs is syncfs(2), for metadata of objects that cannot be opened
+	// (durable.go).
+	Syncfs(fd int) error
 }
 
 // sysFileIO is fileIO by direct system calls.
@@ -58,14 +61,16 @@ func (sysFileIO) SyncFileRange(fd int, off, n int64, flags int) error {
 func (sysFileIO) Fadvise(fd int, off, n int64, advice int) error {
 	return unix.Fadvise(fd, off, n, advice)
 }
+func (sysFileIO) Syncfs(fd int) error { return unix.Syncfs(fd) }
 
 // ioOptions tunes the data path (Config.io; only tests and benchmarks set
 // it).
 type ioOptions struct {
-	files       fileIO // nil: sysFileIO
-	noReadahead bool   // no READ readahead nor access hints
-	noCluster   bool   // no early write-back of sequential UNSTABLE writes
-	kernelRA    uint64 // the kernel's readahead window in bytes; 0: the export's device's
+	files       fileIO      // nil: sysFileIO
+	noReadahead bool        // no READ readahead nor access hints
+	noCluster   bool        // no early write-back of sequential UNSTABLE writes
+	kernelRA    uint64      // the kernel's readahead window in bytes; 0: the export's device's
+	policy      *syncPolicy // what makes metadata durable; nil: detected (durable.go)
 }
 
 // Data path tuning.
@@ -92,7 +97,8 @@ type ioState struct {
 	files     fileIO
 	readahead bool
 	cluster   bool
-	kernelRA  uint64 // the kernel's own readahead window for the export
+	kernelRA  uint64      // the kernel's own readahead window for the export
+	policy    *syncPolicy // set by tests to replace the detected one
 
 	mu      sync.Mutex
 	closing bool             // no new background goroutines
@@ -110,6 +116,7 @@ func (s *Server) initIO(o ioOptions) {
 		cluster:   !o.noCluster,
 		latched:   make(map[string]error),
 		kernelRA:  o.kernelRA,
+		policy:    o.policy,
 	}
 	if s.io.files == nil {
 		s.io.files = sysFileIO{}

@@ -26,11 +26,12 @@ const (
 	opFsync
 	opSyncFileRange
 	opFadvise
+	opSyncfs
 	numIOOps
 )
 
 func (o ioOp) String() string {
-	return [...]string{"pread", "pwrite", "fdatasync", "fsync", "sync_file_range", "fadvise"}[o]
+	return [...]string{"pread", "pwrite", "fdatasync", "fsync", "sync_file_range", "fadvise", "syncfs"}[o]
 }
 
 // faultIO is the real system calls, counted, any of which a test can make
@@ -43,9 +44,31 @@ type faultIO struct {
 	willneed []int64 // offset, length pairs of FADV_WILLNEED calls
 	hints    []int   // other advice given
 	armed    [numIOOps][]error
+	// synced lists what each fsync and syncfs was given, as the
+	// descriptor's path (syncfs: "syncfs <path>"), in order.
+	synced []string
 	// before, if set, runs before each call with its number among the
 	// calls of op (from 1); an error fails the call without making it.
 	before func(op ioOp, n int) error
+}
+
+// syncedPaths returns the list of synced objects so far and clears it.
+func (f *faultIO) syncedPaths() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.synced
+	f.synced = nil
+	return s
+}
+
+func (f *faultIO) recordSync(prefix string, fd int) {
+	p, err := os.Readlink(procFdPath(fd))
+	if err != nil {
+		p = fmt.Sprintf("fd %d: %v", fd, err)
+	}
+	f.mu.Lock()
+	f.synced = append(f.synced, prefix+p)
+	f.mu.Unlock()
 }
 
 // failNext makes the next call of op fail with err (queued: calling it
@@ -100,10 +123,19 @@ func (f *faultIO) Fdatasync(fd int) error {
 }
 
 func (f *faultIO) Fsync(fd int) error {
+	f.recordSync("", fd)
 	if err := f.enter(opFsync); err != nil {
 		return err
 	}
 	return f.sysFileIO.Fsync(fd)
+}
+
+func (f *faultIO) Syncfs(fd int) error {
+	f.recordSync("syncfs ", fd)
+	if err := f.enter(opSyncfs); err != nil {
+		return err
+	}
+	return f.sysFileIO.Syncfs(fd)
 }
 
 func (f *faultIO) SyncFileRange(fd int, off, n int64, flags int) error {

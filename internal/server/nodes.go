@@ -51,8 +51,9 @@ type node struct {
 	rwFd  int
 	ioUse int64
 
-	dirMu sync.Mutex // serialises lseek+getdents on dirFd
-	dirFd int
+	dirMu   sync.Mutex // serialises lseek+getdents on dirFd
+	dirFd   int
+	dirSync syncGroup // directories: concurrent commits share syncs (durable.go)
 
 	io *fileState // regular files only: sequential detection, write-back state
 }

@@ -56,7 +56,7 @@ func (s *Server) setattr(id *identity, a *nfs3.SetattrArgs) (r nfs3.SetattrRes) 
 	}
 	err = s.as(id, func() error { return s.applySattr(id, n.fd, &st, &a.Attr, rw) })
 	if err == nil {
-		err = s.commitMeta(n)
+		err = s.commitAttrs(n)
 	}
 	if err != nil {
 		r.Status = s.statusOf(err)

@@ -200,23 +200,60 @@ func creationSattr(sa *nfs3.Sattr, defMode uint32, st *unix.Stat_t) nfs3.Sattr {
 	return out
 }
 
-// dirOpReply fills a CREATE/MKDIR/SYMLINK/MKNOD result.
-func (s *Server) dirOpReply(op *dirOp, child *node, err error) (r nfs3.DirOpRes) {
-	if err == nil {
-		if cerr := s.commitMeta(op.dir); cerr != nil {
-			s.cache.release(child)
-			err = cerr
-		}
+// adoptRW keeps fd, a descriptor of n's new file open for reading and
+// writing, as the node's I/O descriptor, saving the WRITE that usually
+// follows a CREATE from opening the file again. It reports false if the
+// node has one already.
+func (s *Server) adoptRW(n *node, fd int) bool {
+	n.omu.Lock()
+	defer n.omu.Unlock()
+	if n.rwFd >= 0 {
+		return false
+	}
+	n.rwFd = fd
+	s.cache.openCount.Add(1)
+	return true
+}
+
+// newObj is what an operation that makes an entry (CREATE, MKDIR,
+// SYMLINK, MKNOD) hands to dirOpReply: the object's node (nil on failure);
+// whether it is new, or else (a CREATE of an existing file) whether it was
+// truncated: what there is to make durable; a descriptor of a new regular
+// file open for writing (-1: none; dirOpReply closes it); and the object's
+// attributes when known to be current (valid).
+type newObj struct {
+	node      *node
+	created   bool
+	truncated bool
+	rw        int
+	st        unix.Stat_t
+	valid     bool
+}
+
+// dirOpReply makes the change durable and fills a CREATE/MKDIR/SYMLINK/
+// MKNOD result.
+func (s *Server) dirOpReply(op *dirOp, obj *newObj, err error) (r nfs3.DirOpRes) {
+	child := obj.node
+	switch {
+	case err != nil:
+	case obj.created:
+		err = s.commitNew(op.dir, child, obj.rw)
+	case obj.truncated:
+		err = s.commitAttrs(child)
+	}
+	if obj.rw >= 0 && (err != nil || !s.adoptRW(child, obj.rw)) {
+		unix.Close(obj.rw)
 	}
 	if err == nil {
-		var st unix.Stat_t
-		if e := unix.Fstat(child.fd, &st); e == nil {
-			r.ObjAttr = s.postOp(&st)
+		if obj.valid || unix.Fstat(child.fd, &obj.st) == nil {
+			r.ObjAttr = s.postOp(&obj.st)
 		}
 		r.Obj = nfs3.PostOpFH{Present: true, FH: child.fh}
-		s.cache.release(child)
 	} else {
 		r.Status = s.statusOf(err)
+	}
+	if child != nil {
+		s.cache.release(child)
 	}
 	s.endDirOp(op)
 	r.DirWcc = op.wcc
@@ -237,7 +274,7 @@ func (s *Server) create(id *identity, a *nfs3.CreateArgs) nfs3.CreateRes {
 		return nfs3.CreateRes{Status: status, DirWcc: op.wcc}
 	}
 	dir, name := op.dir, string(a.Where.Name)
-	var child *node
+	obj := newObj{rw: -1}
 	err := s.as(id, func() (err error) {
 		mode := uint32(defaultFileMode)
 		if a.Mode == nfs3.Exclusive {
@@ -248,31 +285,41 @@ func (s *Server) create(id *identity, a *nfs3.CreateArgs) nfs3.CreateRes {
 		fd, err := unix.Openat(dir.fd, name,
 			unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK, mode)
 		if errors.Is(err, unix.EEXIST) {
-			child, err = s.createExisting(id, dir, name, a)
+			obj.node, obj.truncated, err = s.createExisting(id, dir, name, a)
 			return err
 		}
 		if err != nil {
 			return err
 		}
-		defer unix.Close(fd)
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
+		// Kept open until the reply: the sync that makes the file
+		// durable needs a descriptor that is not O_PATH.
+		obj.rw, obj.created = fd, true
+		st := &obj.st
+		if err := unix.Fstat(fd, st); err != nil {
 			return err
 		}
+		changed := false
 		if a.Mode == nfs3.Exclusive {
 			mt, at := exclusiveTimes(a.Verf)
 			ts := []unix.Timespec{{Sec: at}, {Sec: mt}}
 			if err := unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH); err != nil {
 				return err
 			}
+			changed = true
 		} else {
 			sa := creationSattr(&a.Attr, mode, nil)
 			if a.Attr.SetSize && a.Attr.Size != 0 {
 				sa.SetSize, sa.Size = true, a.Attr.Size
 			}
+			changed = sattrChanges(&sa, st)
 			// fd is open for writing (a new file's creator gets that
 			// whatever the mode), so truncating needs no permission check.
-			if err := s.applySattr(&identity{}, fd, &st, &sa, fd); err != nil {
+			if err := s.applySattr(&identity{}, fd, st, &sa, fd); err != nil {
+				return err
+			}
+		}
+		if changed {
+			if err := unix.Fstat(fd, st); err != nil {
 				return err
 			}
 		}
@@ -280,14 +327,19 @@ func (s *Server) create(id *identity, a *nfs3.CreateArgs) nfs3.CreateRes {
 		if err != nil {
 			return err
 		}
-		if err := unix.Fstat(pfd, &st); err != nil {
-			unix.Close(pfd)
-			return err
-		}
-		child, err = s.nodeFromFd(pfd, &st)
+		obj.node, err = s.nodeFromFd(pfd, st)
+		obj.valid = err == nil
 		return err
 	})
-	return s.dirOpReply(op, child, err)
+	return s.dirOpReply(op, &obj, err)
+}
+
+// sattrChanges reports whether applySattr(sa) on a file with attributes st
+// will change anything (so that st will no longer be current).
+func sattrChanges(sa *nfs3.Sattr, st *unix.Stat_t) bool {
+	return sa.SetSize || sa.SetUID || sa.SetGID ||
+		sa.Atime.How != nfs3.DontChange || sa.Mtime.How != nfs3.DontChange ||
+		(sa.SetMode && sa.Mode&0o7777 != st.Mode&0o7777)
 }
 
 // createExisting handles CREATE of a name that exists: GUARDED fails;
@@ -295,43 +347,47 @@ func (s *Server) create(id *identity, a *nfs3.CreateArgs) nfs3.CreateRes {
 // EXCLUSIVE succeeds only if the file is the one an earlier transmission of
 // the same request created (its times hold the verifier), so a retransmitted
 // create gets the same file. Runs with the caller's credentials.
-func (s *Server) createExisting(id *identity, dir *node, name string, a *nfs3.CreateArgs) (*node, error) {
+func (s *Server) createExisting(id *identity, dir *node, name string, a *nfs3.CreateArgs) (n *node, truncated bool, err error) {
 	if a.Mode == nfs3.Guarded {
-		return nil, nfs3.ErrExist
+		return nil, false, nfs3.ErrExist
 	}
 	fd, err := openEntry(dir.fd, name, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return nil, nfs3.ErrExist // removed meanwhile; let the client retry
+			return nil, false, nfs3.ErrExist // removed meanwhile; let the client retry
 		}
-		return nil, err
+		return nil, false, err
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return nil, err
+		return nil, false, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-		return nil, nfs3.ErrExist
+		return nil, false, nfs3.ErrExist
 	}
 	switch a.Mode {
 	case nfs3.Exclusive:
 		mt, at := exclusiveTimes(a.Verf)
 		if st.Mtim.Sec != mt || st.Atim.Sec != at || st.Size != 0 {
 			unix.Close(fd)
-			return nil, nfs3.ErrExist
+			return nil, false, nfs3.ErrExist
 		}
 	case nfs3.Unchecked:
 		if a.Attr.SetSize {
 			sa := nfs3.Sattr{SetSize: true, Size: a.Attr.Size}
 			if err := s.applySattr(id, fd, &st, &sa, -1); err != nil {
 				unix.Close(fd)
-				return nil, err
+				return nil, false, err
 			}
+			truncated = true
 		}
 	}
-	return s.nodeFromFd(fd, &st)
+	// Nothing to make durable unless the file was truncated: the entry
+	// and the inode are as they were.
+	n, err = s.nodeFromFd(fd, &st)
+	return n, truncated, err
 }
 
 func (s *Server) mkdir(id *identity, a *nfs3.MkdirArgs) nfs3.MkdirRes {
@@ -340,21 +396,22 @@ func (s *Server) mkdir(id *identity, a *nfs3.MkdirArgs) nfs3.MkdirRes {
 		return nfs3.MkdirRes{Status: status, DirWcc: op.wcc}
 	}
 	dir, name := op.dir, string(a.Where.Name)
-	var child *node
+	obj := newObj{rw: -1}
 	err := s.as(id, func() (err error) {
 		sa := creationSattr(&a.Attr, defaultDirMode, nil)
 		if err := unix.Mkdirat(dir.fd, name, sa.Mode&0o1777); err != nil {
 			return err
 		}
+		obj.created = true
 		// The new directory may have inherited set-group-ID: keep it.
 		var st unix.Stat_t
 		if err := unix.Fstatat(dir.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
 			sa = creationSattr(&a.Attr, defaultDirMode, &st)
 		}
-		child, err = s.newEntry(id, dir, name, unix.S_IFDIR, &sa)
+		obj.node, err = s.newEntry(id, dir, name, unix.S_IFDIR, &sa)
 		return err
 	})
-	return s.dirOpReply(op, child, err)
+	return s.dirOpReply(op, &obj, err)
 }
 
 func (s *Server) symlink(id *identity, a *nfs3.SymlinkArgs) nfs3.SymlinkRes {
@@ -367,19 +424,20 @@ func (s *Server) symlink(id *identity, a *nfs3.SymlinkArgs) nfs3.SymlinkRes {
 		return nfs3.SymlinkRes{Status: nfs3.ErrInval, DirWcc: op.wcc}
 	}
 	dir, name := op.dir, string(a.Where.Name)
-	var child *node
+	obj := newObj{rw: -1}
 	err := s.as(id, func() (err error) {
 		// The target is stored verbatim: it is only ever interpreted by
 		// clients.
 		if err := unix.Symlinkat(string(a.Data), dir.fd, name); err != nil {
 			return err
 		}
+		obj.created = true
 		sa := a.Attr
 		sa.SetSize, sa.SetMode = false, false
-		child, err = s.newEntry(id, dir, name, unix.S_IFLNK, &sa)
+		obj.node, err = s.newEntry(id, dir, name, unix.S_IFLNK, &sa)
 		return err
 	})
-	return s.dirOpReply(op, child, err)
+	return s.dirOpReply(op, &obj, err)
 }
 
 func (s *Server) mknod(id *identity, a *nfs3.MknodArgs) nfs3.MknodRes {
@@ -411,16 +469,17 @@ func (s *Server) mknod(id *identity, a *nfs3.MknodArgs) nfs3.MknodRes {
 		return nfs3.MknodRes{Status: status, DirWcc: op.wcc}
 	}
 	dir, name := op.dir, string(a.Where.Name)
-	var child *node
+	obj := newObj{rw: -1}
 	err := s.as(id, func() (err error) {
 		sa := creationSattr(&a.Attr, defaultFileMode, nil)
 		if err := unix.Mknodat(dir.fd, name, ftype|(sa.Mode&0o7777), int(dev)); err != nil {
 			return err
 		}
-		child, err = s.newEntry(id, dir, name, ftype, &sa)
+		obj.created = true
+		obj.node, err = s.newEntry(id, dir, name, ftype, &sa)
 		return err
 	})
-	return s.dirOpReply(op, child, err)
+	return s.dirOpReply(op, &obj, err)
 }
 
 // remove serves REMOVE and RMDIR.
@@ -450,7 +509,7 @@ func (s *Server) remove(id *identity, a *nfs3.DirOpArgs, isDir bool) nfs3.Remove
 		s.cache.forgetIfUnlinked(victim)
 	}
 	if err == nil {
-		err = s.commitMeta(dir)
+		err = s.commitDir(dir)
 	}
 	s.endDirOp(op)
 	r := nfs3.RemoveRes{DirWcc: op.wcc}
@@ -488,7 +547,10 @@ func (s *Server) rename(id *identity, a *nfs3.RenameArgs) (r nfs3.RenameRes) {
 		s.cache.forgetIfUnlinked(victim)
 	}
 	if err == nil {
-		err = s.commitMeta(from.dir, to.dir)
+		err = s.commitDir(from.dir)
+	}
+	if err == nil && to.dir != from.dir {
+		err = s.commitDir(to.dir)
 	}
 	s.endDirOp(from)
 	s.endDirOp(to)
@@ -524,7 +586,7 @@ func (s *Server) link(id *identity, a *nfs3.LinkArgs) (r nfs3.LinkRes) {
 		return unix.Linkat(unix.AT_FDCWD, procFdPath(file.fd), dir.fd, name, unix.AT_SYMLINK_FOLLOW)
 	})
 	if err == nil {
-		err = s.commitMeta(dir)
+		err = s.commitDir(dir)
 	}
 	s.endDirOp(op)
 	r.LinkDirWcc = op.wcc

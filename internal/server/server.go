@@ -33,9 +33,10 @@
 //   - READDIR cookies are the directory stream offsets of getdents64, which
 //     stay valid while the directory changes (hash positions on ext4), so the
 //     cookie verifier is constant per directory.
-//   - Operations that change metadata sync the directories (or file) they
-//     changed before replying, unless Config.Async; WRITE and COMMIT sync as
-//     their stable_how and the protocol say.
+//   - Operations that change metadata make the change durable before
+//     replying, unless Config.Async, syncing what the export's file system
+//     needs for it (durable.go); WRITE and COMMIT sync as their stable_how
+//     and the protocol say.
 //   - A file system mounted inside the export is not crossed: looking up its
 //     mount point is NFS3ERR_ACCES, and READDIRPLUS lists it without
 //     attributes or handle.
@@ -131,11 +132,12 @@ type Server struct {
 	rootFH  nfs3.FH
 	fsid    uint64
 
-	codec *handleCodec
-	creds *credSwitcher
-	cache *nodeCache
-	verf  atomic.Uint64 // write verifier
-	io    ioState       // READ/WRITE/COMMIT data path (fileio.go)
+	codec  *handleCodec
+	creds  *credSwitcher
+	policy syncPolicy // what makes metadata changes durable (durable.go)
+	cache  *nodeCache
+	verf   atomic.Uint64 // write verifier
+	io     ioState       // READ/WRITE/COMMIT data path (fileio.go)
 
 	nfsCalls   [nfs3.NumProcs]atomic.Uint64
 	mountCalls [nfs3.NumMountProcs]atomic.Uint64
@@ -230,6 +232,13 @@ func (s *Server) openRoot() error {
 		return fmt.Errorf("stat root: %w", err)
 	}
 	s.rootDev, s.rootIno = st.Dev, st.Ino
+	s.policy = detectSyncPolicy(fd, st.Dev)
+	if s.io.policy != nil {
+		s.policy = *s.io.policy
+	}
+	if !s.async {
+		s.logf("hushfs server: %s is on %s", s.root, s.policy.name)
+	}
 	var sfs unix.Statfs_t
 	if err := unix.Fstatfs(fd, &sfs); err != nil {
 		return fmt.Errorf("statfs root: %w", err)
@@ -529,52 +538,6 @@ func (s *Server) dirFd(n *node) (int, error) {
 	s.cache.openCount.Add(1)
 	n.dirFd = fd
 	return fd, nil
-}
-
-// commitMeta makes a completed modifying operation durable before its
-// reply, by syncing the nodes it changed (the directories, or the object of
-// a SETATTR). On a journaling file system one sync commits the whole
-// transaction holding the change. Nothing happens with Config.Async.
-func (s *Server) commitMeta(ns ...*node) error {
-	if s.async {
-		return nil
-	}
-	for i, n := range ns {
-		if n == nil || (i > 0 && n == ns[i-1]) {
-			continue
-		}
-		var fd int
-		var err error
-		switch {
-		case n.isDir():
-			// The descriptor stays open while we hold our reference; the
-			// lock only guards its creation.
-			n.dirMu.Lock()
-			fd, err = s.dirFd(n)
-			n.dirMu.Unlock()
-		case n.isReg():
-			// Through syncFile, which latches a write-back error this
-			// sync reveals for the file's next COMMIT.
-			if fd, err = s.ioFd(n, false); err == nil {
-				err = s.syncFile(n, fd, true)
-			}
-			if err != nil {
-				return fmt.Errorf("committing metadata: %w", err)
-			}
-			continue
-		default:
-			// Links, devices, FIFOs cannot be opened for a sync; a sync
-			// of the file system's root commits the journal all the same.
-			fd = s.mountFd
-		}
-		if err == nil {
-			err = s.io.files.Fsync(fd)
-		}
-		if err != nil {
-			return fmt.Errorf("committing metadata: %w", err)
-		}
-	}
-	return nil
 }
 
 // fattr converts stat results to fattr3.
