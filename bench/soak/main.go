@@ -29,6 +29,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"hushfs/bench/benchfmt"
 )
 
 // config is what the command line chose.
@@ -193,7 +195,7 @@ func run() int {
 		return 130
 	}
 	s.logf("PASS: %s of workloads, %d iterations, %s operations, no errors, no mismatches",
-		secsF(s.rep.WorkSeconds), s.rep.totalIterations(), commas(uint64(s.rep.totalOps())))
+		secsF(s.rep.WorkSeconds), s.rep.totalIterations(), benchfmt.Commas(uint64(s.rep.totalOps())))
 	return 0
 }
 

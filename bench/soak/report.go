@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"hushfs/bench/benchfmt"
 	"hushfs/internal/client"
 	"hushfs/internal/nfs3"
 	"hushfs/internal/proxy"
@@ -382,38 +383,38 @@ func markdown(r *Report) string {
 	for _, w := range r.Workloads {
 		fc := w.FinalCheck
 		if fc == "ok" {
-			fc = fmt.Sprintf("ok, %s names", commas(uint64(w.FinalFiles)))
+			fc = fmt.Sprintf("ok, %s names", benchfmt.Commas(uint64(w.FinalFiles)))
 		} else if fc == "" {
 			fc = "not run"
 		} else {
 			fc = "✗ see problems"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %s |\n", w.Name, commas(uint64(w.Iterations)), commas(uint64(w.Ops)), w.Errors, w.Mismatches, fc)
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %s |\n", w.Name, benchfmt.Commas(uint64(w.Iterations)), benchfmt.Commas(uint64(w.Ops)), w.Errors, w.Mismatches, fc)
 		it += w.Iterations
 		ops += w.Ops
 		errs += w.Errors
 		mism += w.Mismatches
 	}
-	fmt.Fprintf(&b, "| **total** | %s | %s | %d | %d | |\n\n", commas(uint64(it)), commas(uint64(ops)), errs, mism)
+	fmt.Fprintf(&b, "| **total** | %s | %s | %d | %d | |\n\n", benchfmt.Commas(uint64(it)), benchfmt.Commas(uint64(ops)), errs, mism)
 	for _, w := range r.Workloads {
 		fmt.Fprintf(&b, "- **%s**: %s.\n", w.Name, w.About)
 	}
 
 	b.WriteString("\n## Faults injected\n\n")
 	f := r.ProxyFaults
-	fmt.Fprintf(&b, "Counted by the proxy, which saw %s calls on %s connections.\n\n", commas(r.ProxyCalls), commas(r.ProxyConns))
+	fmt.Fprintf(&b, "Counted by the proxy, which saw %s calls on %s connections.\n\n", benchfmt.Commas(r.ProxyCalls), benchfmt.Commas(r.ProxyConns))
 	b.WriteString("| fault | count |\n|---|--:|\n")
-	fmt.Fprintf(&b, "| connections closed after a call | %s |\n", commas(f.Closes))
-	fmt.Fprintf(&b, "| calls cut short (connection closed) | %s |\n", commas(f.Truncated))
-	fmt.Fprintf(&b, "| calls executed twice (first reply dropped, copy resent) | %s |\n", commas(f.Duplicated))
-	fmt.Fprintf(&b, "| duplications skipped (a retransmission already under way, or too big) | %s |\n", commas(f.DupSkipped))
+	fmt.Fprintf(&b, "| connections closed after a call | %s |\n", benchfmt.Commas(f.Closes))
+	fmt.Fprintf(&b, "| calls cut short (connection closed) | %s |\n", benchfmt.Commas(f.Truncated))
+	fmt.Fprintf(&b, "| calls executed twice (first reply dropped, copy resent) | %s |\n", benchfmt.Commas(f.Duplicated))
+	fmt.Fprintf(&b, "| duplications skipped (a retransmission already under way, or too big) | %s |\n", benchfmt.Commas(f.DupSkipped))
 	fmt.Fprintf(&b, "| blackholes (started / that dropped something) | %d / %d |\n", len(r.Blackholes), f.Blackholes)
-	fmt.Fprintf(&b, "| calls / replies dropped in blackholes | %s / %s |\n", commas(f.BlackholedCalls), commas(f.BlackholedReplies))
+	fmt.Fprintf(&b, "| calls / replies dropped in blackholes | %s / %s |\n", benchfmt.Commas(f.BlackholedCalls), benchfmt.Commas(f.BlackholedReplies))
 	avg := 0.0
 	if f.JitteredReplies > 0 {
 		avg = float64(f.Jitter) / float64(f.JitteredReplies) / float64(time.Microsecond)
 	}
-	fmt.Fprintf(&b, "| replies delayed by jitter (average extra) | %s (%.0f µs) |\n", commas(f.JitteredReplies), avg)
+	fmt.Fprintf(&b, "| replies delayed by jitter (average extra) | %s (%.0f µs) |\n", benchfmt.Commas(f.JitteredReplies), avg)
 	if len(r.LogCounts) > 0 {
 		var parts []string
 		for _, k := range sortedKeys(r.LogCounts) {
@@ -428,12 +429,12 @@ func markdown(r *Report) string {
 	} else {
 		t := r.RPCTotal
 		fmt.Fprintf(&b, "From `hushfs stats --json` at the end: %s calls, %s retransmissions (transmissions beyond the first, resends after a reconnect included), %s timeouts, %s calls failed.\n\n",
-			commas(t.Calls), commas(t.Transmissions-t.Calls), commas(t.Timeouts), commas(t.Errors))
+			benchfmt.Commas(t.Calls), benchfmt.Commas(t.Transmissions-t.Calls), benchfmt.Commas(t.Timeouts), benchfmt.Commas(t.Errors))
 		b.WriteString("| procedure | calls | retransmissions | timeouts | errors |\n|---|--:|--:|--:|--:|\n")
 		for _, row := range r.RPC {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", row.Proc, commas(row.Calls), commas(row.Transmissions-row.Calls), commas(row.Timeouts), commas(row.Errors))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", row.Proc, benchfmt.Commas(row.Calls), benchfmt.Commas(row.Transmissions-row.Calls), benchfmt.Commas(row.Timeouts), benchfmt.Commas(row.Errors))
 		}
-		fmt.Fprintf(&b, "| **total** | %s | %s | %s | %s |\n", commas(t.Calls), commas(t.Transmissions-t.Calls), commas(t.Timeouts), commas(t.Errors))
+		fmt.Fprintf(&b, "| **total** | %s | %s | %s | %s |\n", benchfmt.Commas(t.Calls), benchfmt.Commas(t.Transmissions-t.Calls), benchfmt.Commas(t.Timeouts), benchfmt.Commas(t.Errors))
 	}
 
 	b.WriteString("\n## Memory and descriptors\n\n")
@@ -650,28 +651,4 @@ func xmlEsc(s string) string {
 func mibF(kib uint64) float64 { return float64(kib) / 1024 }
 
 // secsF formats a number of seconds as secs does.
-func secsF(s float64) string { return secs(time.Duration(s * float64(time.Second))) }
-
-func secs(d time.Duration) string {
-	switch {
-	case d >= 100*time.Second:
-		return fmt.Sprintf("%.0f s", d.Seconds())
-	case d >= 10*time.Second:
-		return fmt.Sprintf("%.1f s", d.Seconds())
-	default:
-		return fmt.Sprintf("%.2f s", d.Seconds())
-	}
-}
-
-// commas formats n with thousands separators.
-func commas(n uint64) string {
-	s := strconv.FormatUint(n, 10)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
+func secsF(s float64) string { return benchfmt.Secs(time.Duration(s * float64(time.Second))) }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"hushfs/bench/benchfmt"
 	"hushfs/internal/client"
 	"hushfs/internal/proxy"
 	"hushfs/test/harness"
@@ -194,7 +195,7 @@ func (s *soak) setup(t *harness.Program) {
 	}
 	s.rep.SetupS = time.Since(setupStart).Seconds()
 	s.logf("ready in %s: hushfs serve pid %d (%s), proxy pid %d (%s), mount daemon pid %d (%s -o %s)",
-		secs(time.Since(setupStart)), s.sv.Cmd.Process.Pid, s.sv.NFSAddr, s.px.pid, s.px.addr, s.m.Pid(), s.mnt, opts)
+		benchfmt.Secs(time.Since(setupStart)), s.sv.Cmd.Process.Pid, s.sv.NFSAddr, s.px.pid, s.px.addr, s.m.Pid(), s.mnt, opts)
 }
 
 func (s *soak) pids() [3]int { return [3]int{s.m.Pid(), s.sv.Cmd.Process.Pid, s.px.pid} }
@@ -235,7 +236,7 @@ func (s *soak) runWorkloads() {
 	}
 	close(watchStop)
 	s.rep.WorkSeconds = time.Since(s.start).Seconds()
-	s.logf("workloads over after %s", secs(time.Since(s.start)))
+	s.logf("workloads over after %s", benchfmt.Secs(time.Since(s.start)))
 }
 
 // watchdog reports on abort the first hang or dead process it sees: an
@@ -268,7 +269,7 @@ func (s *soak) watchdog(abort chan<- string, stop, all <-chan struct{}) {
 		for _, w := range s.wls {
 			for _, tr := range w.allTrackers() {
 				if doing, age, busy := tr.state(now); why == "" && busy && age > s.cfg.opTimeout {
-					why = fmt.Sprintf("workload %s (%s) stuck for %s: %s", w.name, tr.name, secs(age), doing)
+					why = fmt.Sprintf("workload %s (%s) stuck for %s: %s", w.name, tr.name, benchfmt.Secs(age), doing)
 				}
 			}
 		}
@@ -291,7 +292,7 @@ func (s *soak) hang(why string, all <-chan struct{}) {
 			doing, age, busy := tr.state(now)
 			state := "idle"
 			if busy {
-				state = fmt.Sprintf("for %s: %s", secs(age), doing)
+				state = fmt.Sprintf("for %s: %s", benchfmt.Secs(age), doing)
 			}
 			line := fmt.Sprintf("%s (%s) %s", w.name, tr.name, state)
 			s.rep.Hang = append(s.rep.Hang, line)
@@ -317,7 +318,7 @@ func (s *soak) hang(why string, all <-chan struct{}) {
 			case <-w.done:
 			default:
 				doing, age, _ := w.main.state(time.Now())
-				s.problem("workload %s still stuck 20 s after the mount was detached (for %s: %s)", w.name, secs(age), doing)
+				s.problem("workload %s still stuck 20 s after the mount was detached (for %s: %s)", w.name, benchfmt.Secs(age), doing)
 			}
 		}
 	}
@@ -395,7 +396,7 @@ func (s *soak) finish() {
 			s.rep.Unmount = "failed: " + err.Error()
 		}
 	} else {
-		s.rep.Unmount = fmt.Sprintf("clean (hushfs umount, the daemon exited) in %s", secs(time.Since(start)))
+		s.rep.Unmount = fmt.Sprintf("clean (hushfs umount, the daemon exited) in %s", benchfmt.Secs(time.Since(start)))
 	}
 }
 
@@ -426,7 +427,7 @@ func (s *soak) finalChecks() {
 	case <-time.After(limit):
 		w := cur.Load()
 		doing, age, _ := w.main.state(time.Now())
-		s.hang(fmt.Sprintf("final check of %s not done after %v: for %s: %s", w.name, limit, secs(age), doing), done)
+		s.hang(fmt.Sprintf("final check of %s not done after %v: for %s: %s", w.name, limit, benchfmt.Secs(age), doing), done)
 	}
 }
 
@@ -546,7 +547,7 @@ func (s *soak) progressLine(smp Sample) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[%4.0fs/%.0fs] RSS MiB mount %.0f serve %.0f proxy %.0f; fds %d/%d/%d; %s calls, faults: %d closes %d truncated %d dups %d blackholes;",
 		smp.T, s.cfg.duration.Seconds(), mibF(smp.RSSKiB[0]), mibF(smp.RSSKiB[1]), mibF(smp.RSSKiB[2]),
-		smp.FDs[0], smp.FDs[1], smp.FDs[2], commas(smp.Calls), smp.Faults.Closes, smp.Faults.Truncated, smp.Faults.Duplicated, smp.Faults.Blackholes)
+		smp.FDs[0], smp.FDs[1], smp.FDs[2], benchfmt.Commas(smp.Calls), smp.Faults.Closes, smp.Faults.Truncated, smp.Faults.Duplicated, smp.Faults.Blackholes)
 	var errs, mism int64
 	for _, w := range s.wls {
 		fmt.Fprintf(&b, " %s %d", w.name, w.iterations.Load())

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"hushfs/bench/benchfmt"
 )
 
 // job is one workload's behaviour. setup (re)creates its starting state
@@ -145,7 +147,7 @@ func (w *workload) fail(err error) {
 	} else {
 		w.errs.Add(1)
 	}
-	msg := fmt.Sprintf("[%s] %s %s: %v", secs(time.Since(w.s.start)), w.name, kind, err)
+	msg := fmt.Sprintf("[%s] %s %s: %v", benchfmt.Secs(time.Since(w.s.start)), w.name, kind, err)
 	w.s.logf("%s", msg)
 	w.mu.Lock()
 	if len(w.details) < maxDetails {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"hushfs/bench/benchfmt"
 )
 
 // setupPhases are phases that prepare the next one; they are reported in a
@@ -83,7 +85,7 @@ func topProcs(p *Phase, n int) string {
 			parts = append(parts, fmt.Sprintf("+%d more", len(l)-n))
 			break
 		}
-		s := fmt.Sprintf("%s %s", e.name, commas(e.n))
+		s := fmt.Sprintf("%s %s", e.name, benchfmt.Commas(e.n))
 		if e.name == "WRITE" && len(p.WriteStable) > 0 {
 			var st []string
 			for _, how := range []string{"UNSTABLE", "DATA_SYNC", "FILE_SYNC"} {
@@ -123,12 +125,12 @@ func linuxCell(fig *LinuxFigure) string {
 	if fig == nil {
 		return ""
 	}
-	s := commas(fig.Total)
+	s := benchfmt.Commas(fig.Total)
 	switch {
 	case fig.AtLeast:
 		s = "> " + s
 	case fig.Max > 0:
-		s += "–" + commas(fig.Max)
+		s += "–" + benchfmt.Commas(fig.Max)
 	}
 	if len(fig.Counted) > 0 {
 		s += " (" + strings.Join(fig.Counted, "+") + ")"
@@ -172,9 +174,9 @@ func ratioCell(p *Phase, fig *LinuxFigure) string {
 func rpcCell(p *Phase) string {
 	switch p.Status {
 	case "ok":
-		return commas(p.Total())
+		return benchfmt.Commas(p.Total())
 	case "timeout":
-		return "≥ " + commas(p.Total())
+		return "≥ " + benchfmt.Commas(p.Total())
 	}
 	return "—"
 }
@@ -201,7 +203,7 @@ func agreeCell(p *Phase) string {
 	return "✗ " + p.AgreeDetail
 }
 
-func dur(s float64) string { return secs(time.Duration(s * float64(time.Second))) }
+func dur(s float64) string { return benchfmt.Secs(time.Duration(s * float64(time.Second))) }
 
 // localWall returns the local build's wall time for a lua phase label.
 func localWall(r *Report, label string) float64 {
@@ -265,7 +267,7 @@ func throughputTable(r *Report) string {
 			lw = r.Linux.wall(p.ID, p.RTTms)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s MiB | %s | %.0f | %s | %s | %s |\n", esc(p.Label), serverTitle[p.Server],
-			rttCell(p.RTTms), commas(uint64(p.Bytes>>20)), dur(p.WallS), p.MBps, lw, mib(p.MountPeakRSSKiB), esc(topProcs(p, 3)))
+			rttCell(p.RTTms), benchfmt.Commas(uint64(p.Bytes>>20)), dur(p.WallS), p.MBps, lw, mib(p.MountPeakRSSKiB), esc(topProcs(p, 3)))
 	}
 	return b.String()
 }
@@ -389,7 +391,7 @@ func markdown(r *Report) string {
 		b.WriteString("**Interrupted: these results are partial.**\n\n")
 	}
 	fmt.Fprintf(&b, "Servers: %s. Proxy RTT: %s. Sizes: bigdir %s entries; tree %d dirs × %d files; dd %d MiB.\n\n",
-		strings.Join(r.Servers, ", "), strings.Join(r.RTTs, ", "), commas(uint64(r.Sizes.LsFiles)),
+		strings.Join(r.Servers, ", "), strings.Join(r.RTTs, ", "), benchfmt.Commas(uint64(r.Sizes.LsFiles)),
 		r.Sizes.TreeDirs, r.Sizes.TreeFiles, r.Sizes.DdMiB)
 	if r.MountOpts != "" {
 		fmt.Fprintf(&b, "Extra mount options: `%s`.\n\n", r.MountOpts)

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"hushfs/bench/benchfmt"
 	"hushfs/internal/nfs3"
 	"hushfs/test/harness"
 )
@@ -73,7 +74,7 @@ func (s *suite) runWorkload(server string, rtt time.Duration, workload string) {
 		if err := w.setup(r); err != nil {
 			t.Fatalf("%s: setup: %v", r.tag, err)
 		}
-		s.logf("%s: export ready in %s; starting %s and the proxy (rtt %s)", r.tag, secs(time.Since(prep)), server, rttName(rtt))
+		s.logf("%s: export ready in %s; starting %s and the proxy (rtt %s)", r.tag, benchfmt.Secs(time.Since(prep)), server, rttName(rtt))
 		r.startServer()
 		r.startProxy()
 		w.run(r)
@@ -102,7 +103,7 @@ func (s *suite) runWorkload(server string, rtt time.Duration, workload string) {
 	if !ok && s.ctx.Err() == nil {
 		s.problem("%s: the workload failed to run (see the messages above)", r.tag)
 	}
-	s.logf("%s: done in %s", r.tag, secs(time.Since(start)))
+	s.logf("%s: done in %s", r.tag, benchfmt.Secs(time.Since(start)))
 }
 
 func (r *wrun) newPhase(pn phaseName) *Phase {
@@ -361,10 +362,10 @@ func (r *wrun) phase(m *harness.Mount, st step) (*Phase, bool) {
 	switch {
 	case x.stopped:
 		p.Status = "not run"
-		p.Check = fmt.Sprintf("interrupted after %s, %d RPCs so far", secs(x.wall), p.Total())
+		p.Check = fmt.Sprintf("interrupted after %s, %d RPCs so far", benchfmt.Secs(x.wall), p.Total())
 	case x.timedOut:
 		p.Status = "timeout"
-		p.Check = fmt.Sprintf("timed out after %s, %s RPCs so far", secs(limit), commas(p.Total()))
+		p.Check = fmt.Sprintf("timed out after %s, %s RPCs so far", benchfmt.Secs(limit), benchfmt.Commas(p.Total()))
 		if x.stuck {
 			p.Check += "; the workload did not die even after its mount was aborted"
 			s.problem("%s %s: workload process group %d survived SIGKILL and the mount's abort", r.tag, st.label, h.pid)
@@ -425,8 +426,8 @@ func phaseLine(p *Phase) string {
 		res = "WRONG: " + p.Check
 	}
 	return fmt.Sprintf("%8s  %9s RPCs (%s)  user %s sys %s  %s  %s",
-		secs(time.Duration(p.WallS*float64(time.Second))), commas(p.Total()), topProcs(p, 4),
-		secs(time.Duration(p.UserS*float64(time.Second))), secs(time.Duration(p.SysS*float64(time.Second))), agree, res)
+		benchfmt.Secs(time.Duration(p.WallS*float64(time.Second))), benchfmt.Commas(p.Total()), topProcs(p, 4),
+		benchfmt.Secs(time.Duration(p.UserS*float64(time.Second))), benchfmt.Secs(time.Duration(p.SysS*float64(time.Second))), agree, res)
 }
 
 // handle is a phase's running command.
@@ -756,28 +757,4 @@ func runQuiet(ctx context.Context, d time.Duration, dir string, name string, arg
 	cmd.WaitDelay = 2 * time.Second
 	out, err := cmd.CombinedOutput()
 	return string(out), err
-}
-
-func secs(d time.Duration) string {
-	switch {
-	case d >= 100*time.Second:
-		return fmt.Sprintf("%.0f s", d.Seconds())
-	case d >= 10*time.Second:
-		return fmt.Sprintf("%.1f s", d.Seconds())
-	default:
-		return fmt.Sprintf("%.2f s", d.Seconds())
-	}
-}
-
-// commas formats n with thousands separators.
-func commas(n uint64) string {
-	s := strconv.FormatUint(n, 10)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }

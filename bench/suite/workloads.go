@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"hushfs/bench/benchfmt"
 	"hushfs/test/harness"
 )
 
@@ -138,7 +139,7 @@ func (s *suite) localLua(t *harness.Program) {
 			y := h.result()
 			y.timedOut, y.stopped = x.timedOut, x.stopped
 			x = y
-			p.Status, p.Check = "timeout", fmt.Sprintf("timed out after %s", secs(st.limit))
+			p.Status, p.Check = "timeout", fmt.Sprintf("timed out after %s", benchfmt.Secs(st.limit))
 			if x.stopped {
 				p.Status, p.Check = "not run", "interrupted"
 			}
@@ -150,7 +151,7 @@ func (s *suite) localLua(t *harness.Program) {
 			}
 		}
 		p.WallS, p.UserS, p.SysS = x.wall.Seconds(), x.user.Seconds(), x.sys.Seconds()
-		fmt.Printf("%8s  user %s sys %s  %s\n", secs(x.wall), secs(x.user), secs(x.sys), p.Check)
+		fmt.Printf("%8s  user %s sys %s  %s\n", benchfmt.Secs(x.wall), benchfmt.Secs(x.user), benchfmt.Secs(x.sys), p.Check)
 		s.mu.Lock()
 		s.report.Local = append(s.report.Local, p)
 		s.mu.Unlock()
@@ -428,7 +429,7 @@ func checkLs(x *execResult, n int, long, churn bool) (string, bool) {
 	if len(bad) > 0 {
 		return strings.Join(bad, "; "), false
 	}
-	msg := fmt.Sprintf("%s names", commas(uint64(n)))
+	msg := fmt.Sprintf("%s names", benchfmt.Commas(uint64(n)))
 	if churn {
 		msg += fmt.Sprintf(" + %d .churn", churned)
 	}
@@ -477,7 +478,7 @@ func rmrfRun(r *wrun) {
 				return fmt.Sprintf("tree/ still on the server: %v", err), false
 			}
 			sz := r.s.cfg.sizes
-			return fmt.Sprintf("tree gone (%d dirs, %s files)", sz.treeDirs+1, commas(uint64(sz.treeDirs*sz.treeFiles))), true
+			return fmt.Sprintf("tree gone (%d dirs, %s files)", sz.treeDirs+1, benchfmt.Commas(uint64(sz.treeDirs*sz.treeFiles))), true
 		}}
 	if _, ok := r.phase(m, st); ok {
 		r.unmount(m, false)
@@ -534,7 +535,7 @@ func readStep(r *wrun, pn phaseName, dir, name string, size int64, limit time.Du
 			if !strings.Contains(x.stderr, want) {
 				return fmt.Sprintf("dd did not report %s: %q", want, x.stderr), false
 			}
-			return fmt.Sprintf("%s MiB read", commas(uint64(size>>20))), true
+			return fmt.Sprintf("%s MiB read", benchfmt.Commas(uint64(size>>20))), true
 		}}
 }
 
