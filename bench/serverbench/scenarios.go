@@ -113,17 +113,13 @@ func dropCache(path string) error {
 	return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 }
 
-// seqRead reads the seqSize file "seq" with seqInFlight 1 MiB READs in
-// flight, in offset order as far as the pipeline allows, and returns MB/s.
-func seqRead(t *harness.Program, tg *target, s *session) float64 {
-	if err := dropCache(filepath.Join(tg.dir, "seq")); err != nil {
-		t.Fatalf("dropping seq from the page cache: %v", err)
-	}
-	ctx := context.Background()
+// eachMiB calls fn for every 1 MiB offset below seqSize, from seqInFlight
+// goroutines taking offsets in order, and returns the first error (which
+// stops the goroutine that met it).
+func eachMiB(fn func(off uint64) error) error {
 	var next atomic.Uint64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
-	start := time.Now()
 	for range seqInFlight {
 		wg.Add(1)
 		go func() {
@@ -133,12 +129,7 @@ func seqRead(t *harness.Program, tg *target, s *session) float64 {
 				if off >= seqSize {
 					return
 				}
-				var res nfs3.ReadRes
-				err := s.call(ctx, nfs3.ProcRead, &nfs3.ReadArgs{File: s.seq, Offset: off, Count: 1 << 20}, &res)
-				if err = check("READ", err, res.Status); err == nil && len(res.Data) != 1<<20 {
-					err = fmt.Errorf("READ at %d: %d bytes", off, len(res.Data))
-				}
-				if err != nil {
+				if err := fn(off); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
@@ -146,7 +137,27 @@ func seqRead(t *harness.Program, tg *target, s *session) float64 {
 		}()
 	}
 	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
+	err, _ := firstErr.Load().(error)
+	return err
+}
+
+// seqRead reads the seqSize file "seq" with seqInFlight 1 MiB READs in
+// flight, in offset order as far as the pipeline allows, and returns MB/s.
+func seqRead(t *harness.Program, tg *target, s *session) float64 {
+	if err := dropCache(filepath.Join(tg.dir, "seq")); err != nil {
+		t.Fatalf("dropping seq from the page cache: %v", err)
+	}
+	ctx := context.Background()
+	start := time.Now()
+	err := eachMiB(func(off uint64) error {
+		var res nfs3.ReadRes
+		err := s.call(ctx, nfs3.ProcRead, &nfs3.ReadArgs{File: s.seq, Offset: off, Count: 1 << 20}, &res)
+		if err = check("READ", err, res.Status); err == nil && len(res.Data) != 1<<20 {
+			err = fmt.Errorf("READ at %d: %d bytes", off, len(res.Data))
+		}
+		return err
+	})
+	if err != nil {
 		t.Fatalf("%s: sequential read: %v", tg.name, err)
 	}
 	return seqSize / 1e6 / time.Since(start).Seconds()
@@ -163,31 +174,14 @@ func seqWrite(t *harness.Program, tg *target, s *session, name string) float64 {
 		t.Fatalf("%s: creating %s: %v", tg.name, name, err)
 	}
 	fh := cr.Obj.FH
-	var next atomic.Uint64
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
 	start := time.Now()
-	for range seqInFlight {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				off := (next.Add(1) - 1) << 20
-				if off >= seqSize {
-					return
-				}
-				var res nfs3.WriteRes
-				err := s.call(ctx, nfs3.ProcWrite, &nfs3.WriteArgs{File: fh, Offset: off, Count: 1 << 20,
-					Stable: nfs3.Unstable, Data: writeData}, &res)
-				if err = check("WRITE", err, res.Status); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
+	err = eachMiB(func(off uint64) error {
+		var res nfs3.WriteRes
+		err := s.call(ctx, nfs3.ProcWrite, &nfs3.WriteArgs{File: fh, Offset: off, Count: 1 << 20,
+			Stable: nfs3.Unstable, Data: writeData}, &res)
+		return check("WRITE", err, res.Status)
+	})
+	if err != nil {
 		t.Fatalf("%s: sequential write: %v", tg.name, err)
 	}
 	var res nfs3.CommitRes

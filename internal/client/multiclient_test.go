@@ -109,16 +109,7 @@ func TestRmdirNotEmptyDistrustsListing(t *testing.T) {
 // node, which the kernel still holds, keeps its listing: RMDIR's ENOTEMPTY
 // finds the node with a LOOKUP.
 func TestRmdirNotEmptyUnnamedChild(t *testing.T) {
-	ts := startServer(t)
-	if err := os.Mkdir(filepath.Join(ts.dir, "x"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	fs := ts.mount(t, "")
-	ctx := ctxT(t)
-	e, err := fs.Lookup(ctx, root, RootID, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts, fs, ctx, e := mountWithDirX(t)
 	if got := listNames(t, ctx, fs, e.Node); len(got) != 0 {
 		t.Fatalf("listing: %v", got)
 	}
@@ -143,16 +134,7 @@ func TestRmdirNotEmptyUnnamedChild(t *testing.T) {
 // path, and if our name cache handed it the dead directory again the
 // caller would see ESTALE instead of ENOENT.
 func TestCreateInRemovedDirectory(t *testing.T) {
-	ts := startServer(t)
-	if err := os.Mkdir(filepath.Join(ts.dir, "x"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	fs := ts.mount(t, "")
-	ctx := ctxT(t)
-	e, err := fs.Lookup(ctx, root, RootID, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts, fs, ctx, e := mountWithDirX(t)
 	// A negative entry in x, so that the kernel would create without
 	// another LOOKUP.
 	if _, err := fs.Lookup(ctx, root, e.Node, "new"); Errno(err) != syscall.ENOENT {
@@ -479,16 +461,7 @@ func TestLateReaddirplusOfRemovedDirectory(t *testing.T) {
 // node for the dead handle: it asks again, alone, and learns the name is
 // gone.
 func TestJoinedLookupOfRemovedDirectory(t *testing.T) {
-	ts := startServer(t)
-	if err := os.Mkdir(filepath.Join(ts.dir, "x"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	fs := ts.mount(t, "")
-	ctx := ctxT(t)
-	e, err := fs.Lookup(ctx, root, RootID, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts, fs, ctx, e := mountWithDirX(t)
 	x := fs.nodes.get(e.Node)
 	x.mu.Lock()
 	old := &lookupResult{fh: x.fh, attr: nfs3.PostOpAttr{Present: true, Attr: x.attr}, at: x.attrTime}
@@ -525,4 +498,21 @@ func TestJoinedLookupOfRemovedDirectory(t *testing.T) {
 	if Errno(r.err) != syscall.ENOENT {
 		t.Fatalf("joined lookup answered before the removal: node %d (the removed one %d), %v; want ENOENT", r.e.Node, e.Node, r.err)
 	}
+}
+
+// mountWithDirX starts a server whose export holds a directory x, mounts
+// it and looks x up.
+func mountWithDirX(t *testing.T) (*testServer, *FS, context.Context, Entry) {
+	t.Helper()
+	ts := startServer(t)
+	if err := os.Mkdir(filepath.Join(ts.dir, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fs := ts.mount(t, "")
+	ctx := ctxT(t)
+	e, err := fs.Lookup(ctx, root, RootID, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts, fs, ctx, e
 }
