@@ -49,11 +49,16 @@ type cell struct {
 
 func main() {
 	duration := flag.Duration("duration", 3*time.Second, "time per measurement")
+	rounds := flag.Int("rounds", 3, "split each timed measurement into this many rounds, the servers taking turns")
 	concs := flag.String("conc", "1,16", "calls in flight over the one connection")
 	servers := flag.String("servers", "hushfs,hushfs-async,ganesha", "servers to measure: hushfs, hushfs-async (serve --async), ganesha")
 	out := flag.String("out", "bench/results/server-ops.md", "markdown file to write ('' for none)")
 	only := flag.String("only", "meta,random,seq,calls", "scenarios to run: meta (create+stat+remove), random (4 KiB random READ), seq (1 GiB sequential read and write), calls (GETATTR, LOOKUP, READ, WRITE over one connection)")
 	flag.Parse()
+	if *rounds < 1 {
+		fmt.Fprintln(os.Stderr, "serverbench: -rounds must be at least 1")
+		os.Exit(2)
+	}
 	var conc []int
 	for _, s := range strings.Split(*concs, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -94,7 +99,7 @@ func main() {
 				t.Fatalf("unknown server %q", s)
 			}
 		}
-		table = run(t, targets, conc, *duration, set)
+		table = run(t, targets, conc, *duration, *rounds, set)
 	})
 	if !ok {
 		os.Exit(1)
@@ -323,7 +328,7 @@ func scenarioSet(t *harness.Program, list string) map[string]bool {
 	return set
 }
 
-func run(t *harness.Program, targets []*target, conc []int, d time.Duration, only map[string]bool) string {
+func run(t *harness.Program, targets []*target, conc []int, d time.Duration, rounds int, only map[string]bool) string {
 	sessions := make([]*session, len(targets))
 	for i, tg := range targets {
 		sessions[i] = connect(t, tg)
@@ -338,16 +343,31 @@ func run(t *harness.Program, targets []*target, conc []int, d time.Duration, onl
 		}
 		cells = append(cells, cl)
 	}
+	// Timed cells run in rounds of d/rounds, the servers taking turns and
+	// a different one going first each round, and report the mean rate:
+	// slow drifts of the machine (the file system's allocator getting
+	// slower as deleted inodes pile up, other jobs, the disk's cache) then
+	// fall on every server alike rather than on whichever runs last.
+	timed := func(op, unit, who string, n int, f func(i int, tg *target, d time.Duration) float64) {
+		sum := make([]float64, len(targets))
+		for r := range rounds {
+			for k := range targets {
+				i := (k + r) % len(targets)
+				sum[i] += f(i, targets[i], d/time.Duration(rounds))
+			}
+		}
+		each(op, unit, who, n, func(i int, _ *target) float64 { return sum[i] / float64(rounds) })
+	}
 	for _, c := range conc {
 		if only["meta"] {
-			each("create+stat+remove", "ops/s", "clients", c, func(_ int, tg *target) float64 {
+			timed("create+stat+remove", "ops/s", "clients", c, func(_ int, tg *target, d time.Duration) float64 {
 				return metaOps(t, tg, func(s *session) nfs3.FH { return s.meta }, c, d)
 			})
 		}
 	}
 	for _, c := range conc {
 		if only["random"] {
-			each("READ 4 KiB random", "ops/s", "in flight", c, func(i int, tg *target) float64 {
+			timed("READ 4 KiB random", "ops/s", "in flight", c, func(i int, tg *target, d time.Duration) float64 {
 				return randomRead4K(t, tg, sessions[i], c, d)
 			})
 		}
@@ -365,13 +385,9 @@ func run(t *harness.Program, targets []*target, conc []int, d time.Duration, onl
 			break
 		}
 		for _, c := range conc {
-			cl := cell{op: w.name, conc: c, who: "in flight", unit: w.unit, value: map[string]float64{}}
-			for i, tg := range targets {
-				v := measure(t, sessions[i], w, c, d)
-				cl.value[tg.name] = v
-				fmt.Fprintf(os.Stderr, "serverbench: %-12s %2d in flight  %-12s %10.0f %s\n", w.name, c, tg.name, v, w.unit)
-			}
-			cells = append(cells, cl)
+			timed(w.name, w.unit, "in flight", c, func(i int, tg *target, d time.Duration) float64 {
+				return measure(t, sessions[i], w, c, d)
+			})
 		}
 	}
 	// Ratios are against ganesha, when it was measured.
@@ -406,8 +422,9 @@ func run(t *harness.Program, targets []*target, conc []int, d time.Duration, onl
 		}
 		b.WriteString("\n")
 	}
-	fmt.Fprintf(&b, "\n%s per timed cell (the 1 GiB transfers run to their end, the file's pages dropped from the server's cache before the read); "+
+	fmt.Fprintf(&b, "\n%s per timed cell and server, in %d rounds with the servers taking turns (the mean rate shown); "+
+		"the 1 GiB transfers run to their end, the file's pages dropped from the server's cache before the read; "+
 		"one TCP connection per server, or one per client for create+stat+remove; 127.0.0.1; measured %s.\n",
-		d, time.Now().UTC().Format("2006-01-02"))
+		d, rounds, time.Now().UTC().Format("2006-01-02"))
 	return b.String()
 }

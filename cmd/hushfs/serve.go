@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"hushfs/internal/metrics"
 	"hushfs/internal/rpc"
@@ -34,7 +35,8 @@ type serveOptions struct {
 	anonGID    uint32
 	allow      []netip.Prefix
 	securePort bool
-	metrics    string // address of the Prometheus /metrics endpoint, "" = none
+	metrics    string        // address of the Prometheus /metrics endpoint, "" = none
+	busyPoll   time.Duration // ServerOptions.BusyPoll
 }
 
 // squash is the server's squash mode: --all-squash maps everyone, root
@@ -123,10 +125,11 @@ func parseServeArgs(args []string) (*serveOptions, error) {
 	fs.Func("allow", "serve only clients in these networks: CIDR[,CIDR...], repeatable (default: every client)", parseAllow(&o.allow))
 	fs.BoolVar(&o.securePort, "secure-port", false, "serve only calls from privileged source ports (below 1024)")
 	fs.StringVar(&o.metrics, "metrics", "", "serve per-procedure counts and latency histograms in Prometheus text format at http://ADDR/metrics")
+	fs.DurationVar(&o.busyPoll, "busy-poll", 50*time.Microsecond, "after answering a client that sends one call at a time, poll for its next call this long before sleeping (one connection at a time; 0 = never)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: hushfs serve DIR [--nfs-port N] [--mount-port N] [--listen ADDR] [--ro] [--async] [--state-dir D]\n"+
 			"                    [--no-root-squash | --all-squash] [--anonuid N] [--anongid N] [--allow CIDR[,CIDR...]] [--secure-port]\n"+
-			"                    [--metrics ADDR]")
+			"                    [--metrics ADDR] [--busy-poll D]")
 		fs.PrintDefaults()
 	}
 	// Flags may come before or after DIR.
@@ -147,6 +150,9 @@ func parseServeArgs(args []string) (*serveOptions, error) {
 		return nil, errors.New("exactly one directory to export is required")
 	}
 	o.dir = pos[0]
+	if o.busyPoll < 0 || o.busyPoll > time.Millisecond {
+		return nil, fmt.Errorf("--busy-poll %v: want 0 (off) up to 1ms", o.busyPoll)
+	}
 	for _, p := range []int{o.nfsPort, o.mountPort} {
 		if p < 0 || p > 65535 {
 			return nil, fmt.Errorf("port %d out of range", p)
@@ -207,7 +213,7 @@ func runServe(args []string) error {
 		}
 	}
 	rpcStats := metrics.NewRPC()
-	rs := rpc.NewServer(rpc.ServerOptions{Logf: logger.Printf, Observe: rpcStats.Observe})
+	rs := rpc.NewServer(rpc.ServerOptions{Logf: logger.Printf, Observe: rpcStats.Observe, BusyPoll: o.busyPoll})
 	srv.Register(rs)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

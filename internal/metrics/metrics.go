@@ -174,6 +174,8 @@ func writeServer(w *bufio.Writer, st rpc.ServerStats) {
 		{"hushfs_rpc_drc_drops_total", "counter", "Retransmissions dropped while the original call was running.", int64(st.DRCDrops)},
 		{"hushfs_rpc_drc_entries", "gauge", "Calls in the duplicate request cache.", int64(st.DRCEntries)},
 		{"hushfs_rpc_drc_bytes", "gauge", "Bytes charged to the duplicate request cache.", int64(st.DRCBytes)},
+		{"hushfs_rpc_busy_poll_hits_total", "counter", "Busy polls that found the client's next call.", int64(st.BusyPollHits)},
+		{"hushfs_rpc_busy_poll_misses_total", "counter", "Busy polls that gave up and slept.", int64(st.BusyPollMisses)},
 	} {
 		header(w, m.name, m.typ, m.help)
 		fmt.Fprintf(w, "%s %d\n", m.name, m.v)

@@ -12,7 +12,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"hushfs/internal/xdr"
 )
@@ -93,7 +96,14 @@ type ServerOptions struct {
 	// reply queued for sending: waiting for a worker included. It runs on
 	// the worker and must be fast and safe for concurrent use.
 	Observe func(prog, vers, proc uint32, d time.Duration)
-	Logf    func(format string, args ...any) // nil = discard
+	// BusyPoll is how long a reader that has just answered a call polls
+	// its connection for the client's next call before it sleeps, for
+	// clients that send one call at a time in quick succession
+	// (busypoll.go); 0 = never.
+	BusyPoll time.Duration
+	// BusyPollers bounds the connections polling at once; default 1.
+	BusyPollers int
+	Logf        func(format string, args ...any) // nil = discard
 }
 
 // DefaultIdleTimeout is how long a connection may sit idle: long enough
@@ -116,6 +126,9 @@ type ServerStats struct {
 	DRCDrops     uint64 // retransmissions dropped: the original was still running
 	DRCEntries   int    // calls in the cache now
 	DRCBytes     int    // bytes charged to the cache now
+	// BusyPollHits counts polls that found the next call, BusyPollMisses
+	// those that gave up and slept (BusyPoll).
+	BusyPollHits, BusyPollMisses uint64
 }
 
 // Server serves registered programs over any number of listeners.
@@ -146,6 +159,10 @@ type Server struct {
 	// serverConn.mayInline); at most opts.Workers at once, so inline calls
 	// no more than double the handlers that can run.
 	inlining atomic.Int32
+	// polling counts connections busy-polling now (busypoll.go).
+	polling              atomic.Int32
+	pollHits, pollMisses atomic.Uint64
+	callsRead            atomic.Uint64 // records read on any connection
 
 	accepted, refused, evicted atomic.Uint64
 	peakHeld                   atomic.Int64
@@ -187,6 +204,9 @@ func NewServer(opts ServerOptions) *Server {
 	}
 	if opts.IdleTimeout == 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.BusyPollers <= 0 {
+		opts.BusyPollers = 1
 	}
 	s := &Server{
 		opts:      opts,
@@ -324,10 +344,12 @@ func (s *Server) idlest() *serverConn {
 // Stats returns a snapshot of the server's counters.
 func (s *Server) Stats() ServerStats {
 	st := ServerStats{
-		ConnsAccepted: s.accepted.Load(),
-		ConnsRefused:  s.refused.Load(),
-		ConnsEvicted:  s.evicted.Load(),
-		BufferedPeak:  s.peakHeld.Load(),
+		ConnsAccepted:  s.accepted.Load(),
+		ConnsRefused:   s.refused.Load(),
+		ConnsEvicted:   s.evicted.Load(),
+		BufferedPeak:   s.peakHeld.Load(),
+		BusyPollHits:   s.pollHits.Load(),
+		BusyPollMisses: s.pollMisses.Load(),
 	}
 	s.mu.Lock()
 	st.ConnsOpen = len(s.conns)
@@ -456,7 +478,7 @@ type serverConn struct {
 	br *bufio.Reader
 	// takeover fires inlineGrace into an inline call and hands the
 	// reading role to a new goroutine, so that a slow call does not hold
-	// up the calls behind it.
+	// up the calls behind it. It is armed lazily (see runInline).
 	takeover *time.Timer
 	tickets  uint64 // inline calls so far; used by the reading goroutine only
 
@@ -464,10 +486,24 @@ type serverConn struct {
 	// inline is the ticket of the call the reader runs inline, 0 when
 	// none (or when its reading role has been handed over).
 	inline uint64
+	// inlineSince is when the inline call started (Server.sinceEpoch).
+	inlineSince int64
+	// armed: takeover is pending. INVARIANT: armed whenever inline != 0.
+	armed bool
 	// readers counts the connection's reader goroutines: two while one
 	// finishes an inline call it handed the reading over from. The last
 	// to end cleans up.
 	readers int
+
+	// Busy polling (busypoll.go), used by the goroutine holding the
+	// reading role only. rc is nil when polling is off.
+	rc          syscall.RawConn
+	pollFn      func(fd uintptr)
+	pfd         [1]unix.PollFd
+	pollReady   bool
+	repliedAt   int64  // when the last inline reply was sent (sinceEpoch), 0 once the next call arrived
+	readAtReply uint64 // Server.callsRead then
+	lastGap     int64  // from an inline reply to the next call's arrival, the last time measured
 }
 
 func (s *Server) newConn(nc net.Conn) *serverConn {
@@ -485,7 +521,9 @@ func (s *Server) newConn(nc net.Conn) *serverConn {
 	c.lastActive.Store(s.sinceEpoch())
 	c.takeover = time.AfterFunc(time.Hour, c.takeOver)
 	c.takeover.Stop()
+	// (armed stays false: the first inline call arms it.)
 	c.readers = 1
+	c.initBusyPoll()
 	return c
 }
 
@@ -554,7 +592,11 @@ func (c *serverConn) readCalls() (handedOver bool) {
 		case <-c.done:
 			return
 		}
-		if err := c.awaitRecord(br); err != nil {
+		c.busyPoll()
+		err := c.awaitRecord(br)
+		c.noteArrival()
+		s.callsRead.Add(1)
+		if err != nil {
 			if errors.Is(err, io.EOF) {
 				c.drain()
 			} else if !c.closing() {
@@ -674,13 +716,24 @@ func (c *serverConn) mayInline() bool {
 // runInline runs j on the reader and writes its reply itself. It reports
 // false if the call outlasted inlineGrace and the reading role went to a
 // new goroutine meanwhile: the caller must then stop reading.
+//
+// The takeover timer is not reset and stopped around each call: a timer
+// moved earlier than the one the runtime's network poller sleeps until
+// makes the runtime wake that poller (a write to its eventfd and a thread
+// woken on another CPU) for every call. Instead the timer stays armed
+// after a call and, when it fires, re-arms itself for the call then
+// running, if any; an idle connection's timer fires once and stays off.
 func (c *serverConn) runInline(j *job) bool {
 	c.tickets++
 	ticket := c.tickets
 	c.rmu.Lock()
 	c.inline = ticket
+	c.inlineSince = c.s.sinceEpoch()
+	if !c.armed {
+		c.armed = true
+		c.takeover.Reset(inlineGrace)
+	}
 	c.rmu.Unlock()
-	c.takeover.Reset(inlineGrace)
 	j.inline = true
 	rb := c.s.execute(j)
 	c.rmu.Lock()
@@ -689,25 +742,33 @@ func (c *serverConn) runInline(j *job) bool {
 		c.inline = 0
 	}
 	c.rmu.Unlock()
-	if kept {
-		c.takeover.Stop()
-	}
 	c.s.inlining.Add(-1) // (handlerExited gives it back if the handler never returns)
 	if rb != nil {
 		c.sendNow(rb)
+		if kept {
+			c.noteReply()
+		}
 	}
 	c.release()
 	return kept
 }
 
-// takeOver runs when an inline call exceeds inlineGrace: a new goroutine
-// takes over reading the connection, and the call's goroutine stops
-// reading once it has answered it.
+// takeOver runs when the takeover timer fires. If an inline call has run
+// for inlineGrace, a new goroutine takes over reading the connection, and
+// the call's goroutine stops reading once it has answered it. If a later
+// call is running, the timer is re-armed for it; if none, it stays off.
 func (c *serverConn) takeOver() {
 	c.rmu.Lock()
+	c.armed = false
 	if c.inline == 0 {
 		c.rmu.Unlock()
 		return // the call finished first
+	}
+	if left := time.Duration(c.inlineSince + int64(inlineGrace) - c.s.sinceEpoch()); left > 0 {
+		c.armed = true
+		c.takeover.Reset(left)
+		c.rmu.Unlock()
+		return
 	}
 	c.inline = 0
 	// The old reader is still in its call: the connection's count in
@@ -972,7 +1033,7 @@ func (s *Server) handlerExited(j *job) {
 		c.rmu.Lock()
 		c.inline = 0
 		c.rmu.Unlock()
-		c.takeover.Stop()
+		// A pending takeover finds no inline call and stays off.
 	}
 }
 

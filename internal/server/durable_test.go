@@ -247,7 +247,8 @@ func TestSyncsPerProcedure(t *testing.T) {
 			if pol.dirCoversInodes {
 				return []string{dir}
 			}
-			return []string{"syncfs " + rootPath}
+			// syncfs, then the flush covering its last writes.
+			return []string{"syncfs " + rootPath, rootPath}
 		}
 		f.syncedPaths()
 
@@ -282,7 +283,7 @@ func TestSyncsPerProcedure(t *testing.T) {
 		if pol.dirCoversInodes {
 			want("SETATTR of a link", rootPath)
 		} else {
-			want("SETATTR of a link", "syncfs "+rootPath)
+			want("SETATTR of a link", "syncfs "+rootPath, rootPath)
 		}
 
 		e2 := c.mustMkdir(root, "e", 0o755)
