@@ -1,7 +1,6 @@
 package rpc
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -81,14 +80,7 @@ func TestBusyPollStopsForOtherClients(t *testing.T) {
 // quick inline calls, a call that blocks still hands the reading over, so
 // a call behind it is answered first.
 func TestServerInlineHandsOverAfterQuickCalls(t *testing.T) {
-	entered := make(chan struct{}, 1)
-	h := &testHandler{gate: make(chan struct{})}
-	h.hook = func(ctx context.Context, call *Call, reply []byte) ([]byte, bool, error) {
-		if call.Proc == procBlock {
-			entered <- struct{}{}
-		}
-		return nil, false, nil
-	}
+	h, entered := blockingHandler()
 	_, ln := startServer(t, ServerOptions{}, h)
 	rc := dialRaw(t, ln.Addr())
 	for round := range 3 {

@@ -17,14 +17,7 @@ import (
 // connections with calls in flight are never taken.
 func TestServerEvictsIdlest(t *testing.T) {
 	var logs logBuffer
-	entered := make(chan struct{}, 1)
-	h := &testHandler{gate: make(chan struct{})}
-	h.hook = func(ctx context.Context, call *Call, reply []byte) ([]byte, bool, error) {
-		if call.Proc == procBlock {
-			entered <- struct{}{}
-		}
-		return nil, false, nil
-	}
+	h, entered := blockingHandler()
 	s, ln := startServer(t, ServerOptions{MaxConns: 3, Logf: logs.Logf}, h)
 	ping := func(r *rawConn, xid uint32) {
 		t.Helper()

@@ -37,6 +37,20 @@ type testHandler struct {
 	hook func(ctx context.Context, call *Call, reply []byte) (out []byte, handled bool, err error)
 }
 
+// blockingHandler returns a test handler whose procBlock calls signal
+// entered as they start, then wait on the handler's gate.
+func blockingHandler() (*testHandler, chan struct{}) {
+	entered := make(chan struct{}, 1)
+	h := &testHandler{gate: make(chan struct{})}
+	h.hook = func(ctx context.Context, call *Call, reply []byte) ([]byte, bool, error) {
+		if call.Proc == procBlock {
+			entered <- struct{}{}
+		}
+		return nil, false, nil
+	}
+	return h, entered
+}
+
 func (h *testHandler) ServeRPC(ctx context.Context, call *Call, reply []byte) ([]byte, error) {
 	if h.hook != nil {
 		if out, handled, err := h.hook(ctx, call, reply); handled || err != nil {

@@ -62,14 +62,7 @@ func TestServerInlineWhenWorkersBusy(t *testing.T) {
 // the connection goes on working after it finishes.
 func TestServerInlineHandsOver(t *testing.T) {
 	check := leakCheck(t)
-	entered := make(chan struct{}, 1)
-	h := &testHandler{gate: make(chan struct{})}
-	h.hook = func(ctx context.Context, call *Call, reply []byte) ([]byte, bool, error) {
-		if call.Proc == procBlock {
-			entered <- struct{}{}
-		}
-		return nil, false, nil
-	}
+	h, entered := blockingHandler()
 	s, ln := startServer(t, ServerOptions{Workers: 2}, h)
 	rc := dialRaw(t, ln.Addr())
 	rc.send(newCall(1, procBlock, u32(7)).bytes())

@@ -595,7 +595,6 @@ func (c *serverConn) readCalls() (handedOver bool) {
 		c.busyPoll()
 		err := c.awaitRecord(br)
 		c.noteArrival()
-		s.callsRead.Add(1)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				c.drain()
@@ -604,6 +603,7 @@ func (c *serverConn) readCalls() (handedOver bool) {
 			}
 			return false
 		}
+		s.callsRead.Add(1)
 		j := s.getJob()
 		rec, err := ReadRecord(br, j.rec, s.opts.MaxRecord)
 		j.rec = rec

@@ -364,14 +364,7 @@ func TestServerBackPressure(t *testing.T) {
 // one would be evicted instead: TestServerEvictsIdlest).
 func TestServerMaxConns(t *testing.T) {
 	var logs logBuffer
-	entered := make(chan struct{}, 1)
-	h := &testHandler{gate: make(chan struct{})}
-	h.hook = func(ctx context.Context, call *Call, reply []byte) ([]byte, bool, error) {
-		if call.Proc == procBlock {
-			entered <- struct{}{}
-		}
-		return nil, false, nil
-	}
+	h, entered := blockingHandler()
 	s, ln := startServer(t, ServerOptions{MaxConns: 1, Logf: logs.Logf}, h)
 	a := dialRaw(t, ln.Addr())
 	a.send(newCall(1, procNull, nil).bytes())
