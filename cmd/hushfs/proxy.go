@@ -46,11 +46,8 @@ func runProxy(args []string) error {
 	rtt := fl.Duration("rtt", 0, "round trip time to add (half in each direction)")
 	control := fl.String("control", "", "unix socket answering command lines (counts, reset, faults, blackhole) in JSON")
 	faults := faultFlags(fl)
-	if err := fl.Parse(args); err != nil {
+	if err := parseFlagsOnly(fl, args); err != nil {
 		return err
-	}
-	if fl.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fl.Args())
 	}
 	if *target == "" {
 		return errors.New("--target is required")
@@ -312,11 +309,8 @@ func runProxyFaults(args []string) error {
 	control := fl.String("control", "", "control socket of the running proxy (required)")
 	off := fl.Bool("off", false, "turn every fault off")
 	faults := faultFlags(fl)
-	if err := fl.Parse(args); err != nil {
+	if err := parseFlagsOnly(fl, args); err != nil {
 		return err
-	}
-	if fl.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fl.Args())
 	}
 	if *control == "" {
 		return errors.New("--control is required")
@@ -378,11 +372,8 @@ func runProxyCounts(args []string) error {
 	fl := flag.NewFlagSet("proxy counts", flag.ContinueOnError)
 	control := fl.String("control", "", "control socket of the running proxy (required)")
 	reset := fl.Bool("reset", false, "zero the counts after reading them (atomically)")
-	if err := fl.Parse(args); err != nil {
+	if err := parseFlagsOnly(fl, args); err != nil {
 		return err
-	}
-	if fl.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fl.Args())
 	}
 	if *control == "" {
 		return errors.New("--control is required")
@@ -392,4 +383,16 @@ func runProxyCounts(args []string) error {
 		cmd = "reset"
 	}
 	return controlPrint(*control, cmd)
+}
+
+// parseFlagsOnly parses args into fl and refuses anything left over: the
+// proxy's subcommands take flags only.
+func parseFlagsOnly(fl *flag.FlagSet, args []string) error {
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	if fl.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fl.Args())
+	}
+	return nil
 }
