@@ -1,7 +1,6 @@
 package client
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -9,61 +8,30 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"hushfs/internal/nfs3"
-	"hushfs/internal/rpc"
 	"hushfs/internal/xdr"
 )
-
-type rawArgs []byte
-
-func (r rawArgs) Append(b []byte) []byte { return append(b, r...) }
-
-type rawRes struct{ b []byte }
-
-func (r *rawRes) Decode(d *xdr.Decoder) { r.b = append(r.b[:0], d.Rest()...) }
 
 // badCookieFront forwards NFS calls to a real server and answers the first
 // `inject` READDIR/READDIRPLUS calls with a non-zero cookie with
 // NFS3ERR_BAD_COOKIE, as a server does whose cookies went stale.
 func badCookieFront(t *testing.T, backend string, inject int32) (port int, injected *atomic.Int32) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	up, err := rpc.Dial(ctx, backend, rpc.ClientOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	injected = &atomic.Int32{}
-	rs := rpc.NewServer(rpc.ServerOptions{})
-	rs.Register(nfs3.Program, nfs3.Version, rpc.HandlerFunc(func(ctx context.Context, call *rpc.Call, reply []byte) ([]byte, error) {
-		if call.Proc == nfs3.ProcReaddir || call.Proc == nfs3.ProcReaddirplus {
-			d := xdr.NewDecoder(call.Args)
+	port = hostileFront(t, backend, func(proc uint32, args, res []byte) []byte {
+		if proc == nfs3.ProcReaddir || proc == nfs3.ProcReaddirplus {
+			d := xdr.NewDecoder(args)
 			var fh nfs3.FH
 			fh.Decode(d)
 			if cookie := d.Uint64(); cookie != 0 && injected.Load() < inject {
 				injected.Add(1)
-				res := nfs3.ReaddirRes{Status: nfs3.ErrBadCookie}
-				return res.Append(reply), nil
+				return (&nfs3.ReaddirRes{Status: nfs3.ErrBadCookie}).Append(nil)
 			}
 		}
-		var res rawRes
-		if err := up.Call(ctx, nfs3.Program, nfs3.Version, call.Proc, call.Cred, rawArgs(call.Args), &res); err != nil {
-			return nil, rpc.ErrSystem
-		}
-		return append(reply, res.b...), nil
-	}))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go rs.Serve(l)
-	t.Cleanup(func() {
-		rs.Close()
-		up.Close()
+		return res
 	})
-	return l.Addr().(*net.TCPAddr).Port, injected
+	return port, injected
 }
 
 // TestBadCookieRestartSkipsReturnedNames: when the server rejects a cookie
