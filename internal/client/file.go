@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"sync"
 	"syscall"
 	"time"
 
@@ -176,17 +175,11 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 	genBefore := snap.gen
 	rsize := int(fs.rsize)
 	pieces := make([]piece, (len(dst)+rsize-1)/rsize)
-	var wg sync.WaitGroup
-	for i := range pieces {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			lo := i * rsize
-			hi := min(lo+rsize, len(dst))
-			pieces[i].got, pieces[i].eof, pieces[i].err = fs.readFull(ctx, c, n, off+uint64(lo), dst[lo:hi])
-		}(i)
-	}
-	wg.Wait()
+	inWindow(len(pieces), func(i int) {
+		lo := i * rsize
+		hi := min(lo+rsize, len(dst))
+		pieces[i].got, pieces[i].eof, pieces[i].err = fs.readFull(ctx, c, n, off+uint64(lo), dst[lo:hi])
+	})
 	valid := 0
 	gen := fs.dataSnapshot(n).gen
 	for i, p := range pieces {

@@ -32,7 +32,9 @@ type fileState struct {
 	dirty    extents       // written here, not yet sent
 	inflight []extent      // being sent; reads still see them
 	unstable []uncommitted // acknowledged UNSTABLE, not yet committed
-	sending  int           // WRITE RPCs in flight
+	sending  int           // chunks being sent (queued or WRITE in flight)
+	queue    []queuedChunk // streamed chunks waiting for a streamer
+	streams  int           // streamers running (at most rpcWindow)
 	err      error         // last write-back error
 	errSeq   uint64        // count of write-back errors; descriptors compare with it
 	cred     Cred          // credential write-back is done with: the last writer's
@@ -48,6 +50,13 @@ type fileState struct {
 	baseSize uint64
 	baseGen  uint64
 	baseOK   bool
+}
+
+// queuedChunk is a streamed chunk and the context of the write it came
+// from (its origin, for the statistics).
+type queuedChunk struct {
+	ctx context.Context
+	c   extent
 }
 
 type uncommitted struct {
@@ -208,25 +217,49 @@ func (w *writeback) write(ctx context.Context, of *openFile, c *Cred, off uint64
 	st.dirty = st.dirty.insert(off, p)
 	n.changes.Add(1) // after the data is pending: see pendingIn
 	grown := int64(st.dirty.bytes()) - int64(before)
+	// Write-back started for this writer is never abandoned if the writer
+	// gives up (a signal): an abandoned WRITE would drop the data.
+	ctx = context.WithoutCancel(ctx)
 	// Stream out full wsize chunks once two are dirty back to back, so a
 	// large sequential write is pipelined while the last chunk stays behind
 	// for close (where a file that fits in one WRITE goes out FILE_SYNC).
-	var stream []extent
+	start := 0
 	if stable == nfs3.Unstable {
-		stream = st.takeStreamLocked(uint64(w.fs.wsize))
+		for _, c := range st.takeStreamLocked(uint64(w.fs.wsize)) {
+			st.queue = append(st.queue, queuedChunk{ctx, c})
+		}
+		start = min(len(st.queue), rpcWindow-st.streams)
+		st.streams += start
 	}
 	st.mu.Unlock()
 	w.account(grown)
-
-	// Write-back started for this writer is never abandoned if the writer
-	// gives up (a signal): an abandoned WRITE would drop the data.
 	if stable != nfs3.Unstable {
-		return w.flush(context.WithoutCancel(ctx), n, stable)
+		return w.flush(ctx, n, stable)
 	}
-	if len(stream) > 0 {
-		go w.send(context.WithoutCancel(ctx), n, st, stream, nfs3.Unstable)
+	for range start {
+		go w.stream(n, st)
 	}
-	return w.throttle(context.WithoutCancel(ctx), n)
+	return w.throttle(ctx, n)
+}
+
+// stream is one of a file's streamers: it sends queued chunks one at a time
+// until the queue is empty. Streamed chunks of all the file's writes share
+// at most rpcWindow streamers, so a file's goroutines and WRITEs in flight
+// stay bounded however small wsize is and however fast the writer.
+func (w *writeback) stream(n *inode, st *fileState) {
+	for {
+		st.mu.Lock()
+		if len(st.queue) == 0 {
+			st.streams--
+			st.mu.Unlock()
+			return
+		}
+		q := st.queue[0]
+		st.queue[0] = queuedChunk{}
+		st.queue = st.queue[1:]
+		st.mu.Unlock()
+		w.sendOne(q.ctx, n, st, q.c, nfs3.Unstable)
+	}
 }
 
 // takeStreamLocked detaches whole wsize chunks from the front of the dirty
@@ -276,18 +309,10 @@ func (w *writeback) throttle(ctx context.Context, n *inode) error {
 }
 
 // send writes chunks (already moved to st.inflight and counted in
-// st.sending) with the given stability, in parallel, and records the
-// results.
+// st.sending) with the given stability, rpcWindow at a time, and records
+// the results.
 func (w *writeback) send(ctx context.Context, n *inode, st *fileState, chunks []extent, stable nfs3.StableHow) {
-	var wg sync.WaitGroup
-	for _, c := range chunks {
-		wg.Add(1)
-		go func(c extent) {
-			defer wg.Done()
-			w.sendOne(ctx, n, st, c, stable)
-		}(c)
-	}
-	wg.Wait()
+	inWindow(len(chunks), func(i int) { w.sendOne(ctx, n, st, chunks[i], stable) })
 }
 
 // sendOne sends one chunk, resending the remainder of a short write.
