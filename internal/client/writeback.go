@@ -44,6 +44,13 @@ type fileState struct {
 	clean      extents
 	cleanGen   uint64
 	dirtySince time.Time // when dirty last went from empty to not (dirty-age flush)
+	// A write verifier that never settles: once maxCommitRetries resends
+	// in a row did not make the data durable, the error is reported, the
+	// data stays dirty, and no durable flush sends it again before retryAt
+	// (the age flusher retries then, one round at a time, each failure
+	// doubling retryDelay). Zero retryDelay: not backing off.
+	retryDelay time.Duration
+	retryAt    time.Time
 	// baseSize is the server's size before our pending writes (taken when
 	// the file last went from clean to dirty, under dataGen baseGen): bytes
 	// at or past it that we did not write are holes, known to be zeros.
@@ -89,6 +96,14 @@ const dirtyLimit = 512 << 20
 // changed between WRITE and COMMIT (each change means a server restart).
 const maxCommitRetries = 8
 
+// retryMin and retryMax bound the back-off between retries of data whose
+// write verifier kept changing: a server whose verifier never settles
+// used to get the whole file rewritten 9 times every 5 s until unmount.
+const (
+	retryMin = 10 * time.Second
+	retryMax = 5 * time.Minute
+)
+
 func newWriteback(fs *FS) *writeback {
 	w := &writeback{fs: fs, limit: dirtyLimit, files: map[*inode]bool{}, stop: make(chan struct{})}
 	w.cond = sync.NewCond(&w.mu)
@@ -131,7 +146,7 @@ func (w *writeback) flushAged(ctx context.Context) {
 			continue
 		}
 		st.mu.Lock()
-		aged := len(st.dirty) > 0 && now.Sub(st.dirtySince) >= dirtyExpire
+		aged := len(st.dirty) > 0 && now.Sub(st.dirtySince) >= dirtyExpire && !now.Before(st.retryAt)
 		st.mu.Unlock()
 		if aged {
 			if err := w.flush(ctx, n, nfs3.FileSync); err != nil {
@@ -398,11 +413,34 @@ func (st *fileState) setErrLocked(err error) {
 // flush sends all of n's dirty data and waits for every send in flight.
 // With stable other than Unstable it also makes everything durable: either
 // as one FILE_SYNC WRITE, when all that is pending fits in one, or by
-// COMMIT, resending whatever a changed write verifier says was lost.
+// COMMIT, resending whatever a changed write verifier says was lost. A file
+// backing off after its write verifier kept changing is not sent before
+// its retry time: the flush fails with EIO (the data is not durable).
 func (w *writeback) flush(ctx context.Context, n *inode, stable nfs3.StableHow) error {
+	return w.flushFile(ctx, n, stable, false)
+}
+
+// flushFile is flush; atUnmount makes a file backing off try once more now.
+func (w *writeback) flushFile(ctx context.Context, n *inode, stable nfs3.StableHow, atUnmount bool) error {
 	st := peek(n)
 	if st == nil {
 		return nil
+	}
+	retries := maxCommitRetries
+	if stable != nfs3.Unstable {
+		now := w.fs.now()
+		st.mu.Lock()
+		if st.retryDelay > 0 {
+			if now.Before(st.retryAt) && !atUnmount {
+				at := st.retryAt
+				st.mu.Unlock()
+				return fmt.Errorf("write-back held since the server's write verifier kept changing; next retry in %v: %w", at.Sub(now).Round(time.Second), nfs3.ErrIO)
+			}
+			// This is the retry: one round, and no other starts meanwhile.
+			retries = 0
+			st.retryAt = now.Add(st.retryDelay)
+		}
+		st.mu.Unlock()
 	}
 	for attempt := 0; ; attempt++ {
 		gen := w.fs.dataSnapshot(n).gen
@@ -434,15 +472,50 @@ func (w *writeback) flush(ctx context.Context, n *inode, stable nfs3.StableHow) 
 		pending := len(st.unstable) > 0
 		st.mu.Unlock()
 		if !pending {
+			w.settled(n, st)
 			return nil
 		}
 		resent, err := w.commit(ctx, n, st)
 		if err != nil || !resent {
+			if err == nil {
+				w.settled(n, st)
+			}
 			return err
 		}
-		if attempt >= maxCommitRetries {
-			return fmt.Errorf("COMMIT: write verifier changed %d times in a row: %w", attempt+1, nfs3.ErrIO)
+		if attempt >= retries {
+			return w.backOff(n, st, attempt+1)
 		}
+	}
+}
+
+// backOff records that resends did not make n's data durable (the write
+// verifier changed after each): the data stays dirty, and the next retry
+// waits twice as long as the last. The first failure goes to every
+// descriptor open; a failed retry only to the flush that made it (a close
+// while it is held fails anyway, and one after it is durable must not).
+func (w *writeback) backOff(n *inode, st *fileState, rounds int) error {
+	err := fmt.Errorf("COMMIT: write verifier changed %d times in a row: %w", rounds, nfs3.ErrIO)
+	st.mu.Lock()
+	if st.retryDelay == 0 {
+		st.setErrLocked(err)
+	}
+	st.retryDelay = min(max(2*st.retryDelay, retryMin), retryMax)
+	st.retryAt = w.fs.now().Add(st.retryDelay)
+	held, delay := st.dirty.bytes(), st.retryDelay
+	st.mu.Unlock()
+	w.fs.logf("hushfs: write-back of node %d: the server's write verifier changed %d times in a row; %d bytes kept, retried in %v",
+		n.id, rounds, held, delay)
+	return err
+}
+
+// settled ends a back-off once n's data is durable.
+func (w *writeback) settled(n *inode, st *fileState) {
+	st.mu.Lock()
+	was := st.retryDelay > 0
+	st.retryDelay, st.retryAt = 0, time.Time{}
+	st.mu.Unlock()
+	if was {
+		w.fs.logf("hushfs: write-back of node %d: the data kept after the write verifier changed is durable now", n.id)
 	}
 }
 
@@ -544,7 +617,7 @@ func (w *writeback) flushAll(ctx context.Context) error {
 	w.mu.Unlock()
 	var first error
 	for _, n := range files {
-		if err := w.flush(ctx, n, nfs3.FileSync); err != nil && first == nil {
+		if err := w.flushFile(ctx, n, nfs3.FileSync, true); err != nil && first == nil {
 			first = err
 		}
 	}
