@@ -90,28 +90,38 @@ func (fs *FS) applyAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
 // staleLocked reports whether attributes a, from a call sent at 'at', are
 // older than what n has.
 //
-// For a regular file the server's ctime says: it moves with every change,
-// and the server runs calls concurrently, so the order calls were sent in
-// is not the order they ran in. A GETATTR sent while our WRITE was on its
-// way may run before it and come back after it with the size from before;
-// our pipelined WRITEs come back in any order, each with the size the file
-// had when it ran; a READ sent after our SETATTR may run before it. Such a
-// reply shows an older ctime and must not undo what the newer one said:
-// it used to shrink the file under its writer (the kernel then cut its
-// page cache, and bytes past the old size counted as holes, read and even
-// written back as zeros) or bring back the size from before a truncate.
-// A later ctime is a later state, whatever order the replies came in. An
-// equal ctime (timestamps too coarse to tell) falls back to the order the
-// calls were sent in, as does an older one once the cached attributes have
-// expired, so a server whose clock went back is believed again after one
-// lifetime. Directories are ordered by sending, their names by version.
+// A call sent after the reply that brought the cached attributes arrived
+// ran after that reply's call: its attributes are newer, whatever their
+// ctime. This is what lets a server whose clock went back (a clock step, a
+// restore) be believed at once: its ctimes then go backwards, and the
+// replies to our own WRITEs and the GETATTR of close-to-open used to be
+// dropped as older until the cached attributes expired (30-60 s of an
+// application not seeing its own append).
+//
+// Only among calls that were in flight together is the order unknown: the
+// server runs calls concurrently, so the order they were sent in is not
+// the order they ran in. A GETATTR sent while our WRITE was on its way may
+// run before it and come back after it with the size from before; our
+// pipelined WRITEs come back in any order, each with the size the file had
+// when it ran; a READ sent after our SETATTR may run before it. Such a
+// reply must not undo what the newer one said: it used to shrink the file
+// under its writer (the kernel then cut its page cache, and bytes past the
+// old size counted as holes, read and even written back as zeros) or bring
+// back the size from before a truncate. For a regular file the server's
+// ctime tells: it moves with every change, so an older ctime is an earlier
+// state while the cached attributes are fresh, a later one a later state.
+// An equal ctime (timestamps too coarse to tell) falls back to the order
+// the calls were sent in, as does an older one once the cached attributes
+// have expired. Directories are ordered by sending, their names by version.
+// (A reply whose pre-operation attributes are the cached ones ran right
+// after them: applyWcc takes it without asking here.)
 //
 // LOCKS_REQUIRED(n.mu)
 func (fs *FS) staleLocked(n *inode, a *nfs3.Fattr, at time.Time) bool {
 	if at.Before(n.attrStale) {
 		return true // sent before a change we know of and it may not show
 	}
-	if !n.attrValid {
+	if !n.attrValid || at.After(n.attrRecv) {
 		return false
 	}
 	if a.Type == nfs3.TypeReg && n.attr.Type == nfs3.TypeReg {
@@ -164,6 +174,7 @@ func (fs *FS) setAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
 	n.attr = *a
 	n.attrValid = true
 	n.attrTime = at
+	n.attrRecv = fs.now()
 	if a.Type == nfs3.TypeDir {
 		fs.noteVersionLocked(n, a)
 	}
@@ -200,12 +211,16 @@ func (fs *FS) applyWcc(n *inode, w *nfs3.WccData, at time.Time, ours bool) {
 		}
 		return
 	}
-	if fs.staleLocked(n, &w.After.Attr, at) {
+	// Pre-operation attributes equal to the cached ones: the call ran on
+	// the state we have, so its result is the next one, whatever the
+	// ctimes say (a server clock gone back) and whichever reply came first.
+	b := &w.Before.Attr
+	follows := w.Before.Present && n.attrValid &&
+		n.attr.Size == b.Size && n.attr.Mtime == b.Mtime && n.attr.Ctime == b.Ctime
+	if !follows && fs.staleLocked(n, &w.After.Attr, at) {
 		return // a reply older than what we have
 	}
-	b := &w.Before.Attr
-	ours = ours || w.Before.Present && n.attrValid &&
-		n.attr.Size == b.Size && n.attr.Mtime == b.Mtime && n.attr.Ctime == b.Ctime
+	ours = ours || follows
 	if ours && n.attrValid {
 		after := &w.After.Attr
 		if n.dataValid {

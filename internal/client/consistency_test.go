@@ -265,9 +265,11 @@ func TestRepliesInServerOrder(t *testing.T) {
 	}
 
 	// Two WRITEs in flight together, the later-sent one run first: its
-	// reply, with the smaller size and older ctime, comes last.
+	// reply, with the smaller size and older ctime, comes last. Both were
+	// sent before either reply came (a call sent after a reply arrived ran
+	// after it, whatever its ctime).
 	cur, _ = attrs()
-	first, second := fs.now(), fs.now().Add(time.Millisecond)
+	first, second := fs.now().Add(-2*time.Millisecond), fs.now().Add(-time.Millisecond)
 	wcc := func(size uint64, s uint32) *nfs3.WccData {
 		a := later(cur, s)
 		a.Size = size

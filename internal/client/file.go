@@ -2,7 +2,7 @@ package client
 
 import (
 	"context"
-	"sync"
+	"fmt"
 	"syscall"
 	"time"
 
@@ -175,17 +175,11 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 	genBefore := snap.gen
 	rsize := int(fs.rsize)
 	pieces := make([]piece, (len(dst)+rsize-1)/rsize)
-	var wg sync.WaitGroup
-	for i := range pieces {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			lo := i * rsize
-			hi := min(lo+rsize, len(dst))
-			pieces[i].got, pieces[i].eof, pieces[i].err = fs.readRPC(ctx, c, n, off+uint64(lo), dst[lo:hi])
-		}(i)
-	}
-	wg.Wait()
+	inWindow(len(pieces), func(i int) {
+		lo := i * rsize
+		hi := min(lo+rsize, len(dst))
+		pieces[i].got, pieces[i].eof, pieces[i].err = fs.readFull(ctx, c, n, off+uint64(lo), dst[lo:hi])
+	})
 	valid := 0
 	gen := fs.dataSnapshot(n).gen
 	for i, p := range pieces {
@@ -250,6 +244,40 @@ func (w *writeback) pendingIn(n *inode, off, size uint64) (extents, uint64, uint
 		take(&st.dirty[i])
 	}
 	return out, end, changes
+}
+
+// maxNoProgress is how many READ replies in a row may bring neither data
+// nor end of file before the read fails: such a server would otherwise be
+// asked forever.
+const maxNoProgress = 3
+
+// readFull fills dst from off, or up to the end of the file. A READ reply
+// with fewer bytes than asked and no end of file is legal (RFC 1813; a
+// server whose rtmax is below our rsize sends them): the rest is read on
+// from where it ended. Taken as the end of the file, it made the
+// application see the file cut short, and the bytes past it zeros where
+// our own data lay beyond.
+func (fs *FS) readFull(ctx context.Context, c *Cred, n *inode, off uint64, dst []byte) (int, bool, error) {
+	got, idle := 0, 0
+	for got < len(dst) {
+		k, eof, err := fs.readRPC(ctx, c, n, off+uint64(got), dst[got:])
+		if err != nil {
+			return 0, false, err
+		}
+		got += k
+		if eof {
+			return got, true, nil
+		}
+		if k > 0 {
+			idle = 0
+			continue
+		}
+		if idle++; idle >= maxNoProgress {
+			fs.logf("hushfs: READ of node %d at offset %d: %d replies in a row without data or end of file; failing the read with EIO", n.id, off+uint64(got), idle)
+			return 0, false, fmt.Errorf("READ at offset %d: %d replies without data or end of file: %w", off+uint64(got), idle, nfs3.ErrIO)
+		}
+	}
+	return got, false, nil
 }
 
 // readRPC reads into dst at off with one READ.

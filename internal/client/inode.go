@@ -30,6 +30,7 @@ type inode struct {
 	attr      nfs3.Fattr
 	attrValid bool
 	attrTime  time.Time     // when attr was fetched (the RPC's start)
+	attrRecv  time.Time     // when attr arrived: calls sent later ran later
 	attrTimeo time.Duration // current attribute cache lifetime (grows while unchanged)
 	// attrStale: when the attributes were last known to change without
 	// new ones (invalidateAttr); replies to calls sent before are older.

@@ -32,7 +32,9 @@ type fileState struct {
 	dirty    extents       // written here, not yet sent
 	inflight []extent      // being sent; reads still see them
 	unstable []uncommitted // acknowledged UNSTABLE, not yet committed
-	sending  int           // WRITE RPCs in flight
+	sending  int           // chunks being sent (queued or WRITE in flight)
+	queue    []queuedChunk // streamed chunks waiting for a streamer
+	streams  int           // streamers running (at most rpcWindow)
 	err      error         // last write-back error
 	errSeq   uint64        // count of write-back errors; descriptors compare with it
 	cred     Cred          // credential write-back is done with: the last writer's
@@ -42,12 +44,26 @@ type fileState struct {
 	clean      extents
 	cleanGen   uint64
 	dirtySince time.Time // when dirty last went from empty to not (dirty-age flush)
+	// A write verifier that never settles: once maxCommitRetries resends
+	// in a row did not make the data durable, the error is reported, the
+	// data stays dirty, and no durable flush sends it again before retryAt
+	// (the age flusher retries then, one round at a time, each failure
+	// doubling retryDelay). Zero retryDelay: not backing off.
+	retryDelay time.Duration
+	retryAt    time.Time
 	// baseSize is the server's size before our pending writes (taken when
 	// the file last went from clean to dirty, under dataGen baseGen): bytes
 	// at or past it that we did not write are holes, known to be zeros.
 	baseSize uint64
 	baseGen  uint64
 	baseOK   bool
+}
+
+// queuedChunk is a streamed chunk and the context of the write it came
+// from (its origin, for the statistics).
+type queuedChunk struct {
+	ctx context.Context
+	c   extent
 }
 
 type uncommitted struct {
@@ -79,6 +95,14 @@ const dirtyLimit = 512 << 20
 // maxCommitRetries bounds how often data is resent after the write verifier
 // changed between WRITE and COMMIT (each change means a server restart).
 const maxCommitRetries = 8
+
+// retryMin and retryMax bound the back-off between retries of data whose
+// write verifier kept changing: a server whose verifier never settles
+// used to get the whole file rewritten 9 times every 5 s until unmount.
+const (
+	retryMin = 10 * time.Second
+	retryMax = 5 * time.Minute
+)
 
 func newWriteback(fs *FS) *writeback {
 	w := &writeback{fs: fs, limit: dirtyLimit, files: map[*inode]bool{}, stop: make(chan struct{})}
@@ -122,7 +146,7 @@ func (w *writeback) flushAged(ctx context.Context) {
 			continue
 		}
 		st.mu.Lock()
-		aged := len(st.dirty) > 0 && now.Sub(st.dirtySince) >= dirtyExpire
+		aged := len(st.dirty) > 0 && now.Sub(st.dirtySince) >= dirtyExpire && !now.Before(st.retryAt)
 		st.mu.Unlock()
 		if aged {
 			if err := w.flush(ctx, n, nfs3.FileSync); err != nil {
@@ -208,25 +232,49 @@ func (w *writeback) write(ctx context.Context, of *openFile, c *Cred, off uint64
 	st.dirty = st.dirty.insert(off, p)
 	n.changes.Add(1) // after the data is pending: see pendingIn
 	grown := int64(st.dirty.bytes()) - int64(before)
+	// Write-back started for this writer is never abandoned if the writer
+	// gives up (a signal): an abandoned WRITE would drop the data.
+	ctx = context.WithoutCancel(ctx)
 	// Stream out full wsize chunks once two are dirty back to back, so a
 	// large sequential write is pipelined while the last chunk stays behind
 	// for close (where a file that fits in one WRITE goes out FILE_SYNC).
-	var stream []extent
+	start := 0
 	if stable == nfs3.Unstable {
-		stream = st.takeStreamLocked(uint64(w.fs.wsize))
+		for _, c := range st.takeStreamLocked(uint64(w.fs.wsize)) {
+			st.queue = append(st.queue, queuedChunk{ctx, c})
+		}
+		start = min(len(st.queue), rpcWindow-st.streams)
+		st.streams += start
 	}
 	st.mu.Unlock()
 	w.account(grown)
-
-	// Write-back started for this writer is never abandoned if the writer
-	// gives up (a signal): an abandoned WRITE would drop the data.
 	if stable != nfs3.Unstable {
-		return w.flush(context.WithoutCancel(ctx), n, stable)
+		return w.flush(ctx, n, stable)
 	}
-	if len(stream) > 0 {
-		go w.send(context.WithoutCancel(ctx), n, st, stream, nfs3.Unstable)
+	for range start {
+		go w.stream(n, st)
 	}
-	return w.throttle(context.WithoutCancel(ctx), n)
+	return w.throttle(ctx, n)
+}
+
+// stream is one of a file's streamers: it sends queued chunks one at a time
+// until the queue is empty. Streamed chunks of all the file's writes share
+// at most rpcWindow streamers, so a file's goroutines and WRITEs in flight
+// stay bounded however small wsize is and however fast the writer.
+func (w *writeback) stream(n *inode, st *fileState) {
+	for {
+		st.mu.Lock()
+		if len(st.queue) == 0 {
+			st.streams--
+			st.mu.Unlock()
+			return
+		}
+		q := st.queue[0]
+		st.queue[0] = queuedChunk{}
+		st.queue = st.queue[1:]
+		st.mu.Unlock()
+		w.sendOne(q.ctx, n, st, q.c, nfs3.Unstable)
+	}
 }
 
 // takeStreamLocked detaches whole wsize chunks from the front of the dirty
@@ -276,18 +324,10 @@ func (w *writeback) throttle(ctx context.Context, n *inode) error {
 }
 
 // send writes chunks (already moved to st.inflight and counted in
-// st.sending) with the given stability, in parallel, and records the
-// results.
+// st.sending) with the given stability, rpcWindow at a time, and records
+// the results.
 func (w *writeback) send(ctx context.Context, n *inode, st *fileState, chunks []extent, stable nfs3.StableHow) {
-	var wg sync.WaitGroup
-	for _, c := range chunks {
-		wg.Add(1)
-		go func(c extent) {
-			defer wg.Done()
-			w.sendOne(ctx, n, st, c, stable)
-		}(c)
-	}
-	wg.Wait()
+	inWindow(len(chunks), func(i int) { w.sendOne(ctx, n, st, chunks[i], stable) })
 }
 
 // sendOne sends one chunk, resending the remainder of a short write.
@@ -373,11 +413,34 @@ func (st *fileState) setErrLocked(err error) {
 // flush sends all of n's dirty data and waits for every send in flight.
 // With stable other than Unstable it also makes everything durable: either
 // as one FILE_SYNC WRITE, when all that is pending fits in one, or by
-// COMMIT, resending whatever a changed write verifier says was lost.
+// COMMIT, resending whatever a changed write verifier says was lost. A file
+// backing off after its write verifier kept changing is not sent before
+// its retry time: the flush fails with EIO (the data is not durable).
 func (w *writeback) flush(ctx context.Context, n *inode, stable nfs3.StableHow) error {
+	return w.flushFile(ctx, n, stable, false)
+}
+
+// flushFile is flush; atUnmount makes a file backing off try once more now.
+func (w *writeback) flushFile(ctx context.Context, n *inode, stable nfs3.StableHow, atUnmount bool) error {
 	st := peek(n)
 	if st == nil {
 		return nil
+	}
+	retries := maxCommitRetries
+	if stable != nfs3.Unstable {
+		now := w.fs.now()
+		st.mu.Lock()
+		if st.retryDelay > 0 {
+			if now.Before(st.retryAt) && !atUnmount {
+				at := st.retryAt
+				st.mu.Unlock()
+				return fmt.Errorf("write-back held since the server's write verifier kept changing; next retry in %v: %w", at.Sub(now).Round(time.Second), nfs3.ErrIO)
+			}
+			// This is the retry: one round, and no other starts meanwhile.
+			retries = 0
+			st.retryAt = now.Add(st.retryDelay)
+		}
+		st.mu.Unlock()
 	}
 	for attempt := 0; ; attempt++ {
 		gen := w.fs.dataSnapshot(n).gen
@@ -409,15 +472,50 @@ func (w *writeback) flush(ctx context.Context, n *inode, stable nfs3.StableHow) 
 		pending := len(st.unstable) > 0
 		st.mu.Unlock()
 		if !pending {
+			w.settled(n, st)
 			return nil
 		}
 		resent, err := w.commit(ctx, n, st)
 		if err != nil || !resent {
+			if err == nil {
+				w.settled(n, st)
+			}
 			return err
 		}
-		if attempt >= maxCommitRetries {
-			return fmt.Errorf("COMMIT: write verifier changed %d times in a row: %w", attempt+1, nfs3.ErrIO)
+		if attempt >= retries {
+			return w.backOff(n, st, attempt+1)
 		}
+	}
+}
+
+// backOff records that resends did not make n's data durable (the write
+// verifier changed after each): the data stays dirty, and the next retry
+// waits twice as long as the last. The first failure goes to every
+// descriptor open; a failed retry only to the flush that made it (a close
+// while it is held fails anyway, and one after it is durable must not).
+func (w *writeback) backOff(n *inode, st *fileState, rounds int) error {
+	err := fmt.Errorf("COMMIT: write verifier changed %d times in a row: %w", rounds, nfs3.ErrIO)
+	st.mu.Lock()
+	if st.retryDelay == 0 {
+		st.setErrLocked(err)
+	}
+	st.retryDelay = min(max(2*st.retryDelay, retryMin), retryMax)
+	st.retryAt = w.fs.now().Add(st.retryDelay)
+	held, delay := st.dirty.bytes(), st.retryDelay
+	st.mu.Unlock()
+	w.fs.logf("hushfs: write-back of node %d: the server's write verifier changed %d times in a row; %d bytes kept, retried in %v",
+		n.id, rounds, held, delay)
+	return err
+}
+
+// settled ends a back-off once n's data is durable.
+func (w *writeback) settled(n *inode, st *fileState) {
+	st.mu.Lock()
+	was := st.retryDelay > 0
+	st.retryDelay, st.retryAt = 0, time.Time{}
+	st.mu.Unlock()
+	if was {
+		w.fs.logf("hushfs: write-back of node %d: the data kept after the write verifier changed is durable now", n.id)
 	}
 }
 
@@ -519,7 +617,7 @@ func (w *writeback) flushAll(ctx context.Context) error {
 	w.mu.Unlock()
 	var first error
 	for _, n := range files {
-		if err := w.flush(ctx, n, nfs3.FileSync); err != nil && first == nil {
+		if err := w.flushFile(ctx, n, nfs3.FileSync, true); err != nil && first == nil {
 			first = err
 		}
 	}
