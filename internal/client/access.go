@@ -116,7 +116,7 @@ func (fs *FS) accessBits(ctx context.Context, c *Cred, n *inode, want uint32) (u
 	if fs.opts.NoAC {
 		flightKey = ""
 	}
-	v, err := fs.flightOrCall(ctx, flightKey, func() (any, error) {
+	v, err := fs.flightOrCall(ctx, flightKey, false, func() (any, error) {
 		var res nfs3.AccessRes
 		at := fs.now()
 		if err := fs.call(ctx, c, nfs3.ProcAccess, &nfs3.AccessArgs{Obj: n.fh, Access: accessAll}, &res); err != nil {

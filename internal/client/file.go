@@ -100,7 +100,7 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 			return 0, false, err
 		}
 	} else if fs.opts.CTO {
-		if _, _, err := fs.getattrRPC(ctx, c, n); err != nil {
+		if _, _, err := fs.getattrShared(ctx, c, n, true); err != nil {
 			return 0, false, err
 		}
 	} else if _, err := fs.attrOrFetch(ctx, c, n); err != nil {

@@ -18,13 +18,15 @@ type flight struct {
 
 // do runs fn once for all callers that arrive with key while it runs and
 // gives each of them fn's result. The value is shared: callers must not
-// modify it.
-func (f *flights) do(key string, fn func() (any, error)) (any, error) {
+// modify it. A fresh caller joins no call already running (it was sent
+// before the caller came: close-to-open needs one sent after the open
+// began); its own call is the one later callers join.
+func (f *flights) do(key string, fresh bool, fn func() (any, error)) (any, error) {
 	f.mu.Lock()
 	if f.m == nil {
 		f.m = map[string]*flight{}
 	}
-	if fl, ok := f.m[key]; ok {
+	if fl, ok := f.m[key]; ok && !fresh {
 		f.mu.Unlock()
 		<-fl.done
 		return fl.val, fl.err
@@ -34,7 +36,9 @@ func (f *flights) do(key string, fn func() (any, error)) (any, error) {
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
-		delete(f.m, key)
+		if f.m[key] == fl {
+			delete(f.m, key)
+		}
 		f.mu.Unlock()
 		close(fl.done)
 	}()

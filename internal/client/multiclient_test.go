@@ -471,7 +471,7 @@ func TestJoinedLookupOfRemovedDirectory(t *testing.T) {
 	rootDir := fs.nodes.get(RootID)
 	key := "l" + strconv.FormatUint(uint64(rootDir.id), 10) + "/x"
 	started, release := make(chan struct{}), make(chan struct{})
-	go fs.inflight.do(key, func() (any, error) {
+	go fs.inflight.do(key, false, func() (any, error) {
 		close(started)
 		<-release
 		return old, nil
@@ -515,4 +515,62 @@ func mountWithDirX(t *testing.T) (*testServer, *FS, context.Context, Entry) {
 		t.Fatal(err)
 	}
 	return ts, fs, ctx, e
+}
+
+// TestOpenJoinsNoEarlierGetattr: close-to-open needs attributes from a
+// GETATTR sent after the open began. One already on its way (a stat that
+// ran before another client's change) must not answer the open.
+func TestOpenJoinsNoEarlierGetattr(t *testing.T) {
+	ts := startServer(t)
+	path := filepath.Join(ts.dir, "f")
+	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs := ts.mount(t, "")
+	ctx := ctxT(t)
+	e, err := fs.Lookup(ctx, root, RootID, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := fs.nodes.get(e.Node)
+	n.mu.Lock()
+	old := n.attr
+	n.mu.Unlock()
+
+	// A GETATTR sent before the change, still on its way.
+	key := "g" + strconv.FormatUint(uint64(n.id), 10)
+	started, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	go fs.inflight.do(key, false, func() (any, error) {
+		close(started)
+		<-release
+		return &old, nil
+	})
+	<-started
+	if err := os.WriteFile(path, []byte("changed by another client"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() {
+		fh, _, err := fs.Open(ctx, root, e.Node, syscall.O_RDONLY)
+		if err == nil {
+			fs.Release(ctx, fh)
+		}
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the open waited for a GETATTR sent before it began")
+	}
+	a, _, err := fs.GetAttr(ctx, root, e.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Size != uint64(len("changed by another client")) {
+		t.Fatalf("size after open %d: the open did not see the change made before it", a.Size)
+	}
 }

@@ -310,7 +310,7 @@ func (fs *FS) lookupRPC(ctx context.Context, c *Cred, dir *inode, name string) (
 // says the answer's handle has been called stale since (never when key is
 // empty: the call's own answer was checked after it came).
 func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key string) (e Entry, err error, dead bool) {
-	v, err := fs.flightOrCall(ctx, key, func() (any, error) {
+	v, err := fs.flightOrCall(ctx, key, false, func() (any, error) {
 		var res nfs3.LookupRes
 		var at time.Time
 		args := nfs3.LookupArgs{What: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}}
@@ -385,11 +385,12 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 
 // flightOrCall runs fn shared by key, or alone when key is empty. A caller
 // that joined a call whose own caller was interrupted asks again itself.
-func (fs *FS) flightOrCall(ctx context.Context, key string, fn func() (any, error)) (any, error) {
+// A fresh caller joins no call sent before it came (see flights.do).
+func (fs *FS) flightOrCall(ctx context.Context, key string, fresh bool, fn func() (any, error)) (any, error) {
 	if key == "" {
 		return fn()
 	}
-	v, err := fs.inflight.do(key, fn)
+	v, err := fs.inflight.do(key, fresh, fn)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil {
 		return fn()
 	}

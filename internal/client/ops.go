@@ -50,11 +50,18 @@ func (fs *FS) GetAttr(ctx context.Context, c *Cred, id NodeID) (Attr, time.Durat
 // getattrRPC asks the server for a node's attributes and caches them.
 // Concurrent calls for one node share one GETATTR.
 func (fs *FS) getattrRPC(ctx context.Context, c *Cred, n *inode) (nfs3.Fattr, time.Duration, error) {
+	return fs.getattrShared(ctx, c, n, false)
+}
+
+// getattrShared is getattrRPC; a fresh caller (close-to-open) joins no
+// GETATTR sent before it came, which could miss a change made just before
+// the open.
+func (fs *FS) getattrShared(ctx context.Context, c *Cred, n *inode, fresh bool) (nfs3.Fattr, time.Duration, error) {
 	key := "g" + strconv.FormatUint(uint64(n.id), 10)
 	if fs.opts.NoAC {
 		key = ""
 	}
-	v, err := fs.flightOrCall(ctx, key, func() (any, error) {
+	v, err := fs.flightOrCall(ctx, key, fresh, func() (any, error) {
 		var res nfs3.GetattrRes
 		at := fs.now()
 		if err := fs.call(ctx, c, nfs3.ProcGetattr, &nfs3.GetattrArgs{Obj: n.fh}, &res); err != nil {
