@@ -86,9 +86,14 @@ type openDir struct {
 	// pending gathers a pass from the server that may turn out complete.
 	pending *pendingList
 	// The current run. seen holds the offsets it returned, so that a
-	// restart skips them.
+	// restart skips them; asked the cookies read from since it (re)started:
+	// reading from one again is a loop.
 	seen      map[uint64]struct{}
-	restarted bool // the server made the run start over: skip names in seen
+	asked     map[uint64]struct{}
+	restarted bool  // the server made the run start over: skip names in seen
+	gained    int   // entries returned since the run (re)started
+	fruitless int   // restarts in a row with no entry returned in between
+	failed    error // the run made no progress: what continuing it returns
 }
 
 // newRun begins a run.
@@ -96,7 +101,8 @@ type openDir struct {
 // LOCKS_REQUIRED(d.mu)
 func (d *openDir) newRun() {
 	clear(d.seen)
-	d.restarted = false
+	clear(d.asked)
+	d.restarted, d.gained, d.fruitless, d.failed = false, 0, 0, nil
 }
 
 // OpenDir opens a directory stream.
@@ -109,7 +115,7 @@ func (fs *FS) OpenDir(ctx context.Context, c *Cred, id NodeID) (uint64, error) {
 		return 0, err
 	}
 	fs.nodes.open(n)
-	d := &openDir{node: n, marks: map[uint64]uint64{}, seen: map[uint64]struct{}{}}
+	d := &openDir{node: n, marks: map[uint64]uint64{}, seen: map[uint64]struct{}{}, asked: map[uint64]struct{}{}}
 	fs.openMu.Lock()
 	d.id = fs.nextOpen
 	fs.nextOpen++
@@ -155,6 +161,8 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 		if err := d.seek(offset); err != nil {
 			return err
 		}
+	case d.failed != nil:
+		return d.failed
 	}
 	for {
 		for d.pos < len(d.batch) {
@@ -184,6 +192,7 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 			if _, ok := d.marks[e.Cookie]; ok || len(d.marks) < maxMarks {
 				d.marks[e.Cookie] = e.cookie
 			}
+			d.gained++
 		}
 		if d.eof {
 			return nil
@@ -206,7 +215,7 @@ func (d *openDir) seek(offset uint64) error {
 		for j := i + 1; j < d.pos; j++ {
 			delete(d.seen, d.batch[j].Cookie)
 		}
-		d.pos, d.next = i+1, offset
+		d.pos, d.next, d.failed = i+1, offset, nil
 		return nil
 	}
 	cookie, ok := d.marks[offset]
@@ -298,7 +307,7 @@ func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData, cached bool) *inod
 	fs.applyAttrLocked(n, &p.attr, p.at) // ignored if older than what n has
 	a, ok := n.attr, n.attrValid
 	if p.attr.Type == nfs3.TypeDir {
-		n.parent = dir.id
+		n.parent, n.name = dir.id, e.Name
 	}
 	n.mu.Unlock()
 	if !ok {

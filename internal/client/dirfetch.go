@@ -3,25 +3,55 @@ package client
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"hushfs/internal/nfs3"
 )
 
+// maxFruitlessRestarts bounds the restarts (BAD_COOKIE) of a run in a row
+// that return no new entry: a server may invalidate its cookies once or
+// twice while a listing is read again, but one that refuses every cookie
+// it hands out makes the listing start over forever.
+const maxFruitlessRestarts = 2
+
 // fetchDir reads the entries after d.cookie into d.batch. A cookie the
 // server no longer honours restarts the run from the beginning, skipping
-// the names it has returned.
+// the names it has returned. A run that makes no progress — a cookie read
+// from again, restarts that bring nothing new, a reply with no entries and
+// no end — fails with EIO, as does every later call continuing it.
 //
 // LOCKS_REQUIRED(d.mu)
 func (fs *FS) fetchDir(ctx context.Context, c *Cred, d *openDir, plus bool) error {
-	for restarted := false; ; restarted = true {
+	for {
+		if _, again := d.asked[d.cookie]; again {
+			return fs.listingLoop(d, fmt.Sprintf("the server led back to cookie %d", d.cookie))
+		}
 		err := fs.readdirRPC(ctx, c, d, plus)
-		if err != nfs3.ErrBadCookie || restarted {
+		if err != nfs3.ErrBadCookie || d.cookie == 0 {
 			return err
+		}
+		if d.gained > 0 {
+			d.fruitless = 0
+		} else if d.fruitless++; d.fruitless > maxFruitlessRestarts {
+			return fs.listingLoop(d, fmt.Sprintf("cookie %d refused (BAD_COOKIE) %d times in a row with no entry listed in between", d.cookie, d.fruitless))
 		}
 		d.cookie, d.verf = 0, nfs3.Verf{}
 		d.batch, d.plusB, d.pos, d.pending = nil, nil, 0, nil
-		d.restarted = true
+		clear(d.asked)
+		d.restarted, d.gained = true, 0
 	}
+}
+
+// listingLoop fails the current run of d: the server's listing of the
+// directory makes no progress.
+//
+// LOCKS_REQUIRED(d.mu)
+func (fs *FS) listingLoop(d *openDir, why string) error {
+	name := fs.describeDir(d.node)
+	fs.logf("hushfs: directory %s: readdir loop: %s; the listing fails with EIO", name, why)
+	d.failed = fmt.Errorf("listing directory %s: readdir loop: %s: %w", name, why, nfs3.ErrIO)
+	return d.failed
 }
 
 // readdirRPC sends one READDIR or READDIRPLUS from d.cookie and makes its
@@ -111,13 +141,48 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 		d.verf, d.eof, d.plusB, n = res.CookieVerf, res.EOF, nil, len(res.Entries)
 	}
 	d.batch, d.pos = batch, 0
-	if n == 0 && !d.eof {
-		// No entries and no end: asking again would loop.
-		return fmt.Errorf("READDIR at cookie %d: server returned nothing and no EOF: %w", from, nfs3.ErrIO)
+	d.asked[from] = struct{}{}
+	switch _, back := d.asked[d.cookie]; {
+	case d.eof:
+	case n == 0:
+		d.batch = nil
+		return fs.listingLoop(d, fmt.Sprintf("no entries and no end of directory after cookie %d", from))
+	case back:
+		// The reply leads where the run has read from: its entries, if
+		// not returned already, would be next time.
+		d.batch, d.plusB = nil, nil
+		return fs.listingLoop(d, fmt.Sprintf("the reply after cookie %d leads back to cookie %d", from, d.cookie))
 	}
 	if d.eof && d.pending != nil {
 		fs.finishPending(dir, d.pending, d.verf, d.cookie)
 		d.pending = nil
 	}
 	return nil
+}
+
+// describeDir names a directory for a log line: its path in the export,
+// as the names it was last reached by make it, and its fileid.
+func (fs *FS) describeDir(n *inode) string {
+	var path []string
+	cur := n
+	for depth := 0; cur.id != RootID && depth < 256; depth++ {
+		cur.mu.Lock()
+		pid, name := cur.parent, cur.name
+		cur.mu.Unlock()
+		p := fs.nodes.get(pid)
+		if p == nil || name == "" {
+			break
+		}
+		path = append(path, name)
+		cur = p
+	}
+	slices.Reverse(path)
+	where := strings.TrimSuffix(fs.cfg.Export, "/") + "/" + strings.Join(path, "/")
+	if cur.id != RootID {
+		where = "…/" + strings.Join(path, "/")
+	}
+	n.mu.Lock()
+	fileid := n.attr.Fileid
+	n.mu.Unlock()
+	return fmt.Sprintf("%s (fileid %d)", where, fileid)
 }

@@ -41,6 +41,7 @@ type inode struct {
 	dataValid bool
 	dataGen   uint64 // bumped whenever cached data stops being valid
 	parent    NodeID // directory this node was last reached from ('..' of a directory)
+	name      string // and its name there, for log lines (directories only)
 	// names: the directory's name cache (see namecache.go), valid for the
 	// directory version nameVer.
 	names     map[string]*dentry

@@ -377,7 +377,7 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 	}
 	if a.Type == nfs3.TypeDir {
 		n.mu.Lock()
-		n.parent = dir.id
+		n.parent, n.name = dir.id, name
 		n.mu.Unlock()
 	}
 	return fs.entryFor(n, &a, dir), nil, false

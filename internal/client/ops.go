@@ -285,7 +285,7 @@ func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string
 	}
 	n.mu.Lock()
 	if a.Type == nfs3.TypeDir {
-		n.parent = dir.id
+		n.parent, n.name = dir.id, name
 	}
 	// A new file's data is what we will write: nothing cached to distrust.
 	n.dataValid, n.dataMtime, n.dataSize = true, a.Mtime, a.Size
@@ -622,7 +622,7 @@ func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, 
 		fs.invalidateAttr(moved) // ctime changed
 		moved.mu.Lock()
 		if moved.attr.Type == nfs3.TypeDir {
-			moved.parent = to.id
+			moved.parent, moved.name = to.id, newName
 		}
 		moved.mu.Unlock()
 		fs.changeName(to, newName, moved, at)
