@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -9,11 +10,30 @@ import (
 	"hushfs/internal/nfs3"
 )
 
+// nameMax is NAME_MAX: the longest name the kernel takes in a listing.
+const nameMax = 255
+
 // maxFruitlessRestarts bounds the restarts (BAD_COOKIE) of a run in a row
 // that return no new entry: a server may invalidate its cookies once or
 // twice while a listing is read again, but one that refuses every cookie
 // it hands out makes the listing start over forever.
 const maxFruitlessRestarts = 2
+
+// Kinds of a server's listing faults, each logged once per directory.
+const (
+	warnBadNames = 1 << iota
+	warnBadHandles
+)
+
+// listableName reports whether the kernel can take name as a directory
+// entry: not empty, no '/' or NUL, at most NAME_MAX bytes. "." and ".."
+// are the server's own entries.
+func listableName(name []byte) bool {
+	return len(name) > 0 && len(name) <= nameMax && bytes.IndexByte(name, '/') < 0 && bytes.IndexByte(name, 0) < 0
+}
+
+// usableFH reports whether fh can be a file handle: 1 to NFS3_FHSIZE bytes.
+func usableFH(fh nfs3.FH) bool { return len(fh) > 0 && len(fh) <= nfs3.FHSize }
 
 // fetchDir reads the entries after d.cookie into d.batch. A cookie the
 // server no longer honours restarts the run from the beginning, skipping
@@ -55,7 +75,8 @@ func (fs *FS) listingLoop(d *openDir, why string) error {
 }
 
 // readdirRPC sends one READDIR or READDIRPLUS from d.cookie and makes its
-// entries the batch at hand.
+// entries the batch at hand, less those the kernel cannot take (names that
+// cannot be names; handles that cannot be handles lose the handle only).
 //
 // LOCKS_REQUIRED(d.mu)
 func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) error {
@@ -63,10 +84,18 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 	at := fs.now()
 	from := d.cookie
 	var batch []DirEntry
-	// take appends an entry to the batch unless a restarted run returned it
-	// already; either way the run reads on after it.
+	var badNames, badFHs int
+	var badName []byte
+	// take appends an entry to the batch unless the kernel cannot take its
+	// name, or a restarted run returned it already; either way the run
+	// reads on after it.
 	take := func(name []byte, fileid, cookie uint64) *DirEntry {
 		d.cookie = cookie
+		if !listableName(name) {
+			badNames++
+			badName = name
+			return nil
+		}
 		s := string(name)
 		off := fs.dirOffset(s)
 		if _, dup := d.seen[off]; dup && d.restarted {
@@ -112,8 +141,14 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 			}
 			var p plusData
 			var pp *plusData
-			if e.FH.Present && e.Attr.Present {
+			if e.Attr.Present {
 				de.Mode = typeBits[e.Attr.Attr.Type]
+			}
+			switch {
+			case !e.FH.Present || !e.Attr.Present:
+			case !usableFH(e.FH.FH):
+				badFHs++ // the kernel looks the name up: LOOKUP gets its handle
+			default:
 				p = plusData{fh: append(nfs3.FH(nil), e.FH.FH...), attr: e.Attr.Attr, at: at, dirVer: ver}
 				pp = &p
 			}
@@ -142,6 +177,12 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 	}
 	d.batch, d.pos = batch, 0
 	d.asked[from] = struct{}{}
+	if badNames > 0 {
+		fs.warnListing(dir, warnBadNames, "skipping %d entries whose names cannot be names (such as %.64q)", badNames, badName)
+	}
+	if badFHs > 0 {
+		fs.warnListing(dir, warnBadHandles, "dropping the file handles of %d entries (empty or over %d bytes); the names are looked up instead", badFHs, nfs3.FHSize)
+	}
 	switch _, back := d.asked[d.cookie]; {
 	case d.eof:
 	case n == 0:
@@ -158,6 +199,21 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 		d.pending = nil
 	}
 	return nil
+}
+
+// warnListing logs a fault of the server's listing of dir, once per
+// directory and kind.
+func (fs *FS) warnListing(dir *inode, kind uint32, format string, args ...any) {
+	for {
+		old := dir.listWarned.Load()
+		if old&kind != 0 {
+			return
+		}
+		if dir.listWarned.CompareAndSwap(old, old|kind) {
+			break
+		}
+	}
+	fs.logf("hushfs: directory %s: %s", fs.describeDir(dir), fmt.Sprintf(format, args...))
 }
 
 // describeDir names a directory for a log line: its path in the export,

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -242,5 +243,205 @@ func TestReaddirLoopFails(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestListingSkipsImpossibleNames: entries whose names no directory can
+// hold ("a/b", empty, with a NUL, over NAME_MAX) are skipped, with one log
+// line per directory, and the rest is listed; a READDIRPLUS entry whose
+// handle is over NFS3_FHSIZE or empty keeps its name, without a node, and
+// a LOOKUP of it then finds the file.
+func TestListingSkipsImpossibleNames(t *testing.T) {
+	bad := [][]byte{[]byte("a/b"), {}, []byte("x\x00y"), bytes.Repeat([]byte("n"), 256), bytes.Repeat([]byte("m"), 5000)}
+	for _, opts := range []string{"nordirplus", "rdirplus"} {
+		t.Run(opts, func(t *testing.T) {
+			ts := startServer(t)
+			sub := filepath.Join(ts.dir, "names")
+			os.Mkdir(sub, 0o755)
+			want := map[string]bool{".": true, "..": true, "wide": true, "empty": true}
+			for i := 0; i < 20; i++ {
+				want["f"+strconv.Itoa(i)] = true
+			}
+			for name := range want {
+				if name != "." && name != ".." {
+					os.WriteFile(filepath.Join(sub, name), nil, 0o644)
+				}
+			}
+			port := hostileFront(t, ts.nfsL.Addr().String(), func(proc uint32, args, res []byte) []byte {
+				if !isListing(proc) {
+					return res
+				}
+				l := decodeListing(proc, res)
+				if l.res.Status != nfs3.OK || len(l.res.Entries) == 0 {
+					return res
+				}
+				var ents []nfs3.DirEntryPlus
+				for i, e := range l.res.Entries {
+					switch string(e.Name) {
+					case "wide":
+						e.FH = nfs3.PostOpFH{Present: true, FH: bytes.Repeat([]byte{7}, nfs3.FHSize+1)}
+					case "empty":
+						e.FH = nfs3.PostOpFH{Present: true, FH: nfs3.FH{}}
+					}
+					ents = append(ents, e)
+					if i == 0 { // after the first entry, resuming where it does
+						for _, name := range bad {
+							ents = append(ents, nfs3.DirEntryPlus{Fileid: 999, Name: name, Cookie: e.Cookie, Attr: e.Attr, FH: e.FH})
+						}
+					}
+				}
+				l.res.Entries = ents
+				return l.encode()
+			})
+			// lookupcache=none: no complete listing kept, so the second
+			// listing reads the same replies again.
+			fs, logs := ts.mountLogged(t, port, "lookupcache=none,"+opts)
+			ctx := ctxT(t)
+			e, err := fs.Lookup(ctx, root, RootID, "names")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fs.Forget(e.Node, 1)
+			for pass := 0; pass < 2; pass++ {
+				dh, err := fs.OpenDir(ctx, root, e.Node)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen := map[string]int{}
+				err = fs.ReadDir(ctx, root, dh, 0, true, func(de *DirEntry) bool {
+					seen[de.Name]++
+					switch {
+					case opts == "nordirplus", de.Name == "." || de.Name == "..":
+					case de.Name == "wide" || de.Name == "empty":
+						if de.Entry.Node != 0 {
+							t.Errorf("%q listed with a node made of an unusable handle", de.Name)
+						}
+					case de.Entry.Node == 0:
+						t.Errorf("%q listed without its node", de.Name)
+					}
+					if de.Entry.Node != 0 {
+						fs.Forget(de.Entry.Node, 1)
+					}
+					return true
+				})
+				fs.ReleaseDir(dh)
+				if err != nil {
+					t.Fatalf("pass %d: listing failed: %v", pass, err)
+				}
+				for name := range want {
+					if seen[name] != 1 {
+						t.Errorf("pass %d: %.40q listed %d times", pass, name, seen[name])
+					}
+				}
+				for name := range seen {
+					if !want[name] {
+						t.Errorf("pass %d: listed %.40q, which no directory can hold", pass, name)
+					}
+				}
+			}
+			if n := logs.count("/names", "cannot be names"); n != 1 {
+				t.Errorf("%d log lines of skipped names, want 1: %q", n, logs.lines)
+			}
+			if n := logs.count("/names", "handle"); opts == "rdirplus" && n != 1 {
+				t.Errorf("%d log lines of dropped handles, want 1: %q", n, logs.lines)
+			}
+			// The handle comes from a LOOKUP.
+			for _, name := range []string{"wide", "empty"} {
+				le, err := fs.Lookup(ctx, root, e.Node, name)
+				if err != nil || le.Node == 0 {
+					t.Fatalf("lookup of %q: %v", name, err)
+				}
+				fs.Forget(le.Node, 1)
+			}
+		})
+	}
+}
+
+// TestLookupUnusableHandle: a LOOKUP answered with an empty handle or one
+// over NFS3_FHSIZE fails with EIO and makes no node (an empty handle would
+// be one node for every such name).
+func TestLookupUnusableHandle(t *testing.T) {
+	ts := startServer(t)
+	for _, name := range []string{"empty", "wide", "fine"} {
+		os.WriteFile(filepath.Join(ts.dir, name), nil, 0o644)
+	}
+	port := hostileFront(t, ts.nfsL.Addr().String(), func(proc uint32, args, res []byte) []byte {
+		if proc != nfs3.ProcLookup {
+			return res
+		}
+		var a nfs3.LookupArgs
+		a.Decode(xdr.NewDecoder(args))
+		var r nfs3.LookupRes
+		r.Decode(xdr.NewDecoder(res))
+		switch string(a.What.Name) {
+		case "empty":
+			r.Obj = nfs3.FH{}
+		case "wide":
+			r.Obj = bytes.Repeat([]byte{9}, nfs3.FHSize+1)
+		}
+		return r.Append(nil)
+	})
+	fs := ts.mountVia(t, port, "")
+	ctx := ctxT(t)
+	nodes := fs.NodeCount()
+	for _, name := range []string{"empty", "wide", "empty"} {
+		if e, err := fs.Lookup(ctx, root, RootID, name); Errno(err) != syscall.EIO {
+			t.Errorf("lookup of %q: node %d, %v; want EIO", name, e.Node, err)
+		}
+	}
+	if n := fs.NodeCount(); n != nodes {
+		t.Errorf("%d nodes after failed lookups, want %d", n, nodes)
+	}
+	e, err := fs.Lookup(ctx, root, RootID, "fine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.Forget(e.Node, 1)
+}
+
+// TestCreateUnusableHandle: a CREATE or MKDIR that happened but was
+// answered with an empty handle or one over NFS3_FHSIZE (both optional in
+// the reply) succeeds: the new name is looked up for its handle.
+func TestCreateUnusableHandle(t *testing.T) {
+	ts := startServer(t)
+	os.Chmod(ts.dir, 0o777) // the test server squashes root
+	port := hostileFront(t, ts.nfsL.Addr().String(), func(proc uint32, args, res []byte) []byte {
+		if proc != nfs3.ProcCreate && proc != nfs3.ProcMkdir {
+			return res
+		}
+		var r nfs3.DirOpRes
+		r.Decode(xdr.NewDecoder(res))
+		if r.Status == nfs3.OK {
+			r.Obj = nfs3.PostOpFH{Present: true, FH: bytes.Repeat([]byte{5}, nfs3.FHSize+1)}
+			if proc == nfs3.ProcMkdir {
+				r.Obj.FH = nfs3.FH{}
+			}
+		}
+		return r.Append(nil)
+	})
+	fs := ts.mountVia(t, port, "")
+	ctx := ctxT(t)
+	nodes := fs.NodeCount()
+	f, err := fs.Mknod(ctx, root, RootID, "file", syscall.S_IFREG|0o644, 0)
+	if err != nil {
+		t.Fatalf("create answered with a 65-byte handle: %v", err)
+	}
+	d, err := fs.Mkdir(ctx, root, RootID, "dir", 0o755)
+	if err != nil {
+		t.Fatalf("mkdir answered with an empty handle: %v", err)
+	}
+	if f.Node == d.Node {
+		t.Fatal("the file and the directory are one node")
+	}
+	if s := fs.Stats().Snapshot(); s.Count("LOOKUP") != 2 {
+		t.Errorf("%d LOOKUPs, want one per unusable handle", s.Count("LOOKUP"))
+	}
+	if _, err := fs.Mknod(ctx, root, d.Node, "inside", syscall.S_IFREG|0o644, 0); err != nil {
+		t.Fatalf("create in the new directory: %v", err)
+	}
+	fs.Forget(f.Node, 1)
+	fs.Forget(d.Node, 1)
+	if n := fs.NodeCount(); n != nodes+1 { // "inside" is still referenced
+		t.Errorf("%d nodes, want %d", n, nodes+1)
 	}
 }

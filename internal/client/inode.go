@@ -50,6 +50,9 @@ type inode struct {
 	namesGen  uint64    // bumped each time the names are dropped
 	changedAt time.Time // when a change we did not make was last seen
 	list      *dirList  // complete listing, valid with the names (listcache.go)
+	// listWarned: the kinds of faults of the server's listings of the
+	// directory already logged (warnListing).
+	listWarned atomic.Uint32
 	// access: ACCESS results per identity (see access.go).
 	access map[string]accessEntry
 	// removeName: after a silly rename, the name to remove at last close.

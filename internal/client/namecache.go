@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -341,6 +342,11 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 			}
 			dir.mu.Unlock()
 			return nil, res.Status
+		}
+		if !usableFH(res.Obj) {
+			// An empty handle would be one node for every name so answered.
+			fs.logf("hushfs: directory %s: LOOKUP of %q answered with an empty file handle", fs.describeDir(dir), name)
+			return nil, fmt.Errorf("LOOKUP %q: the server answered an empty file handle: %w", name, nfs3.ErrIO)
 		}
 		r := &lookupResult{fh: append(nfs3.FH(nil), res.Obj...), attr: res.ObjAttr, at: at}
 		n := fs.nodes.ref(r.fh)

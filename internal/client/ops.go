@@ -273,7 +273,7 @@ func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string
 		fs.noteStale(dir, res.Status)
 		return Entry{}, res.Status
 	}
-	if !res.Obj.Present {
+	if !res.Obj.Present || !usableFH(res.Obj.FH) {
 		return fs.Lookup(ctx, c, dir.id, name)
 	}
 	n := fs.nodes.ref(res.Obj.FH)
