@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -354,6 +355,46 @@ func TestListingSkipsImpossibleNames(t *testing.T) {
 				fs.Forget(le.Node, 1)
 			}
 		})
+	}
+}
+
+// TestReadlinkTooLong: a symbolic link's target the kernel cannot take
+// (PATH_MAX, 4,096 bytes, or more) is ENAMETOOLONG, never EIO or a
+// truncated target; 4,095 bytes is a target like any other.
+func TestReadlinkTooLong(t *testing.T) {
+	ts := startServer(t)
+	sizes := map[string]int{"l4095": 4095, "l4096": 4096, "l70000": 70000}
+	for name := range sizes {
+		if err := os.Symlink(name, filepath.Join(ts.dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	port := hostileFront(t, ts.nfsL.Addr().String(), func(proc uint32, args, res []byte) []byte {
+		if proc != nfs3.ProcReadlink {
+			return res
+		}
+		var r nfs3.ReadlinkRes
+		r.Decode(xdr.NewDecoder(res))
+		if n, ok := sizes[string(r.Data)]; ok && r.Status == nfs3.OK {
+			r.Data = bytes.Repeat([]byte("t"), n)
+		}
+		return r.Append(nil)
+	})
+	fs := ts.mountVia(t, port, "")
+	ctx := ctxT(t)
+	for name, size := range sizes {
+		e, err := fs.Lookup(ctx, root, RootID, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target, err := fs.Readlink(ctx, root, e.Node)
+		fs.Forget(e.Node, 1)
+		switch {
+		case size < 4096 && (err != nil || len(target) != size):
+			t.Errorf("%s: readlink: %d bytes, %v; want the %d-byte target", name, len(target), err, size)
+		case size >= 4096 && !errors.Is(err, syscall.ENAMETOOLONG):
+			t.Errorf("%s: readlink: %d bytes, %v; want ENAMETOOLONG", name, len(target), err)
+		}
 	}
 }
 

@@ -414,7 +414,12 @@ func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode
 	return e, true, nil
 }
 
-// Readlink returns a symbolic link's target.
+// pathMax is PATH_MAX: a symbolic link's target, with its terminating NUL,
+// must fit in it for the kernel to take it whole.
+const pathMax = 4096
+
+// Readlink returns a symbolic link's target; one the kernel cannot take
+// (PATH_MAX bytes or more) is ENAMETOOLONG.
 func (fs *FS) Readlink(ctx context.Context, c *Cred, id NodeID) ([]byte, error) {
 	n, err := fs.node(id)
 	if err != nil {
@@ -428,6 +433,9 @@ func (fs *FS) Readlink(ctx context.Context, c *Cred, id NodeID) ([]byte, error) 
 	fs.applyAttr(n, &res.SymlinkAttr, at)
 	if res.Status != nfs3.OK {
 		return nil, res.Status
+	}
+	if len(res.Data) >= pathMax {
+		return nil, syscall.ENAMETOOLONG // the kernel would cut it short
 	}
 	return append([]byte(nil), res.Data...), nil
 }

@@ -24,12 +24,13 @@ const (
 )
 
 // restOfReply is the bound of the items of a reply that a client must be
-// able to refuse one by one: a READDIR(PLUS) entry's name and a
-// post_op_fh3 handle are bounded only by the bytes left in the reply. An
-// entry a client cannot use (a name no file system takes, a handle over
-// NFS3_FHSIZE) is the client's to skip, and must not cost it the rest of
-// the listing. The reply's size is bounded by the RPC layer, and these
-// slices alias it.
+// able to refuse one by one: a READDIR(PLUS) entry's name, a post_op_fh3
+// handle and a READLINK target are bounded only by the bytes left in the
+// reply. An entry a client cannot use (a name no file system takes, a
+// handle over NFS3_FHSIZE) is the client's to skip, and must not cost it
+// the rest of the listing; a target too long for it gets its own error,
+// not EIO. The reply's size is bounded by the RPC layer, and these slices
+// alias it.
 const restOfReply = 1<<32 - 1
 
 // opaqueSize is the encoded size of variable-length opaque data of n bytes.

@@ -252,6 +252,8 @@ func samples(n names) []sample {
 	hostile := func(name string, proc uint32, v codec) {
 		s = append(s, sample{name: name, proc: proc, res: true, hostile: true, v: v})
 	}
+	hostile("readlink-ok-pathmax", ProcReadlink, &ReadlinkRes{Status: OK, Data: bytes.Repeat([]byte("l"), MaxPathLen)})
+	hostile("readlink-ok-overlong", ProcReadlink, &ReadlinkRes{Status: OK, SymlinkAttr: postAttr(10), Data: bytes.Repeat(n.path(), 400)})
 
 	add("read", ProcRead, false, &ReadArgs{File: fh(5, 32), Offset: 1<<62 + 1, Count: 65536})
 	add("read-ok", ProcRead, true, &ReadRes{Status: OK, FileAttr: postAttr(11), Count: 5, EOF: true, Data: []byte("\x00\x01\xfe\xffz")})
