@@ -2,7 +2,7 @@ package client
 
 import (
 	"context"
-	"fmt"
+	"hash/maphash"
 	"sync"
 	"syscall"
 	"time"
@@ -12,25 +12,40 @@ import (
 
 // DirEntry is one directory entry as the kernel's readdir takes it.
 type DirEntry struct {
-	Name   string
-	Ino    uint64 // the server's fileid
-	Mode   uint32 // file type bits (S_IF*) when known, else 0
-	Cookie uint64 // where a listing resumes after this entry
+	Name string
+	Ino  uint64 // the server's fileid
+	Mode uint32 // file type bits (S_IF*) when known, else 0
+	// Cookie is the offset a listing resumes from after this entry (the
+	// kernel's d_off, what telldir returns). It is the stream's own, not
+	// the server's cookie: see dirOffset.
+	Cookie uint64
 	// Entry is filled by a plus listing (READDIRPLUS) with a referenced
 	// node; Entry.Node is 0 when the server sent no handle or attributes.
 	Entry Entry
+
+	cookie uint64 // the server's cookie after this entry
 }
 
 // maxListEntries bounds the directories whose complete listing is kept
 // (about 200 bytes an entry with its handle and attributes).
 const maxListEntries = 250_000
 
-// nameHash is a 64-bit FNV-1a hash of a name.
-func nameHash(name string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(name); i++ {
-		h ^= uint64(name[i])
-		h *= 1099511628211
+// maxMarks bounds the offsets one open directory can resume from (16
+// bytes and a map slot each): past it, a seekdir to a newly handed-out
+// offset fails with EINVAL, while reading on is unaffected.
+const maxMarks = 1 << 22
+
+// dirOffset is the offset of the entry name in every listing of the mount:
+// a keyed hash of the name. An offset must lead after the same entry in
+// every pass of an open directory — read from the server or from the
+// complete listing, in whatever order, after entries came and went — and
+// the entry's name is what stays the same. It is below 2^63 (lseek refuses
+// larger directory offsets) and never 0 (the start); the key is the
+// mount's, so a server cannot choose names that collide.
+func (fs *FS) dirOffset(name string) uint64 {
+	h := maphash.String(fs.offSeed, name) >> 1
+	if h == 0 {
+		h = 1
 	}
 	return h
 }
@@ -43,33 +58,51 @@ type plusData struct {
 	dirVer *dirVersion // the directory's version in the reply, if it had one
 }
 
-// openDir is one open directory stream: where its reader stands.
-// Continuing a listing always continues from the reader's cookie.
+// openDir is one open directory stream.
+//
+// A pass reads from offset 0 to the end, from the server or from the
+// directory's complete listing (a snapshot, taken when the pass begins). A
+// run is the part of a pass read in sequence: it begins at offset 0, at a
+// seekdir, or where the server made the listing start over (BAD_COOKIE).
 type openDir struct {
 	id   uint64
 	node *inode
 
 	mu sync.Mutex
 	// GUARDED_BY(mu)
-	verf    nfs3.Verf
-	buf     []DirEntry // fetched, not yet returned
-	plusBuf []plusData // parallel to buf in a plus listing (nil fh: none)
-	next    uint64     // cookie the first entry of buf follows; the reader's position
-	eof     bool       // the server said the directory ends after buf
-	plus    bool       // buf came from READDIRPLUS
-	// seen holds a hash of every name this pass returned, so that a
-	// listing the server makes restart (BAD_COOKIE) skips them: 8 bytes a
-	// name, not the name.
-	seen      map[uint64]struct{}
-	started   bool // the current pass has begun
-	restarted bool // the server made this pass start over: skip names in seen
-	// A pass served from the directory's complete listing: the snapshot it
-	// reads, offsets being positions in it.
-	cached   bool
-	snap     []DirEntry
-	snapPlus []plusData
+	next   uint64         // offset of the last entry returned (0: none yet)
+	batch  []DirEntry     // entries at hand: the last reply, or the snapshot
+	plusB  []plusData     // parallel to batch when it came with handles (nil fh: none)
+	pos    int            // the first entry of batch not returned
+	cached bool           // batch is the complete listing's snapshot
+	at     map[uint64]int // offset → index in a snapshot, once it is seeked in
+	eof    bool           // nothing follows batch
+	cookie uint64         // the server's cookie the next READDIR reads from
+	verf   nfs3.Verf
+	// marks holds, for every offset the stream handed out, the server's
+	// cookie to read on from after its entry, as the last pass that
+	// returned the entry had it.
+	marks map[uint64]uint64
 	// pending gathers a pass from the server that may turn out complete.
 	pending *pendingList
+	// The current run. seen holds the offsets it returned, so that a
+	// restart skips them; asked the cookies read from since it (re)started:
+	// reading from one again is a loop.
+	seen      map[uint64]struct{}
+	asked     map[uint64]struct{}
+	restarted bool  // the server made the run start over: skip names in seen
+	gained    int   // entries returned since the run (re)started
+	fruitless int   // restarts in a row with no entry returned in between
+	failed    error // the run made no progress: what continuing it returns
+}
+
+// newRun begins a run.
+//
+// LOCKS_REQUIRED(d.mu)
+func (d *openDir) newRun() {
+	clear(d.seen)
+	clear(d.asked)
+	d.restarted, d.gained, d.fruitless, d.failed = false, 0, 0, nil
 }
 
 // OpenDir opens a directory stream.
@@ -82,7 +115,7 @@ func (fs *FS) OpenDir(ctx context.Context, c *Cred, id NodeID) (uint64, error) {
 		return 0, err
 	}
 	fs.nodes.open(n)
-	d := &openDir{node: n, seen: map[uint64]struct{}{}}
+	d := &openDir{node: n, marks: map[uint64]uint64{}, seen: map[uint64]struct{}{}, asked: map[uint64]struct{}{}}
 	fs.openMu.Lock()
 	d.id = fs.nextOpen
 	fs.nextOpen++
@@ -102,8 +135,8 @@ func (fs *FS) ReleaseDir(dh uint64) {
 	}
 }
 
-// ReadDir lists the directory from offset (0, or the Cookie of the last
-// entry the reader consumed), calling emit for each entry until emit returns
+// ReadDir lists the directory from offset (0, or the Cookie of an entry
+// the stream returned), calling emit for each entry until emit returns
 // false (the reader's buffer is full) or the directory ends. With plus,
 // entries carry referenced nodes and attributes (READDIRPLUS), so the kernel
 // needs no LOOKUP or GETATTR for them.
@@ -118,34 +151,32 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
-	case offset == 0 && (d.started || plus != d.plus), offset == 0 && !d.started:
+	case offset == 0:
 		// A new pass. This, and only this, is where the directory is
 		// revalidated: continuing a pass never starts it over.
 		if err := fs.startPass(ctx, c, d, plus); err != nil {
 			return err
 		}
-	case d.cached && offset != d.next:
-		// seekdir within a pass served from the listing snapshot.
-		k := min(offset, uint64(len(d.snap)))
-		d.buf, d.next = d.snap[k:], offset
-		if d.plus {
-			d.plusBuf = d.snapPlus[k:]
+	case offset != d.next:
+		if err := d.seek(offset); err != nil {
+			return err
 		}
-	case offset != d.next || plus != d.plus:
-		// The reader moved (seekdir): continue from where it says.
-		d.buf, d.plusBuf, d.eof, d.next, d.plus, d.pending = nil, nil, false, offset, plus, nil
+	case d.failed != nil:
+		return d.failed
 	}
 	for {
-		for len(d.buf) > 0 {
-			e := &d.buf[0]
+		for d.pos < len(d.batch) {
+			e := &d.batch[d.pos]
 			var n *inode
 			e.Entry = Entry{}
 			// "." and ".." get no node: the kernel ignores their IDs and
 			// would never forget the reference. Nor does a handle the
 			// server has called stale since the listing was read: the
 			// kernel looks the name up instead.
-			if d.plus && d.plusBuf[0].fh != nil && e.Name != "." && e.Name != ".." && !fs.nodes.staleFH(d.plusBuf[0].fh) {
-				n = fs.plusEntry(d.node, e, &d.plusBuf[0], d.cached)
+			if plus && d.plusB != nil {
+				if p := &d.plusB[d.pos]; p.fh != nil && e.Name != "." && e.Name != ".." && !fs.nodes.staleFH(p.fh) {
+					n = fs.plusEntry(d.node, e, p, d.cached)
+				}
 			}
 			if !emit(e) {
 				if n != nil {
@@ -153,26 +184,72 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 				}
 				return nil
 			}
-			d.seen[nameHash(e.Name)] = struct{}{}
+			d.pos++
 			d.next = e.Cookie
-			d.buf = d.buf[1:]
-			if d.plus {
-				d.plusBuf = d.plusBuf[1:]
+			if !d.cached {
+				d.seen[e.Cookie] = struct{}{}
 			}
+			if _, ok := d.marks[e.Cookie]; ok || len(d.marks) < maxMarks {
+				d.marks[e.Cookie] = e.cookie
+			}
+			d.gained++
 		}
 		if d.eof {
 			return nil
 		}
-		from := d.next
-		sent, err := fs.fetchDir(ctx, c, d)
-		if err != nil {
+		if err := fs.fetchDir(ctx, c, d, plus); err != nil {
 			return err
 		}
-		if sent == 0 && !d.eof {
-			// No entries and no end: asking again would loop.
-			return fmt.Errorf("READDIR at cookie %d: server returned nothing and no EOF: %w", from, nfs3.ErrIO)
+	}
+}
+
+// seek moves the stream to after the entry offset stands for (seekdir,
+// or the kernel asking again from an entry its reader had no room for):
+// within the entries at hand if it is there, else from the server, from
+// the cookie the last pass that returned the entry had for it.
+//
+// LOCKS_REQUIRED(d.mu)
+func (d *openDir) seek(offset uint64) error {
+	if i := d.indexOf(offset); i >= 0 {
+		// Entries returned after it are not the reader's any more.
+		for j := i + 1; j < d.pos; j++ {
+			delete(d.seen, d.batch[j].Cookie)
+		}
+		d.pos, d.next, d.failed = i+1, offset, nil
+		return nil
+	}
+	cookie, ok := d.marks[offset]
+	if !ok {
+		return syscall.EINVAL // not an offset this stream handed out
+	}
+	d.cached, d.at, d.batch, d.plusB, d.pos, d.eof = false, nil, nil, nil, 0, false
+	d.cookie, d.next, d.pending = cookie, offset, nil
+	d.newRun()
+	return nil
+}
+
+// indexOf returns the index in batch of the entry at offset, or -1.
+//
+// LOCKS_REQUIRED(d.mu)
+func (d *openDir) indexOf(offset uint64) int {
+	if !d.cached {
+		for i := range d.batch {
+			if d.batch[i].Cookie == offset {
+				return i
+			}
+		}
+		return -1
+	}
+	if d.at == nil { // a snapshot is searched once it is seeked in
+		d.at = make(map[uint64]int, len(d.batch))
+		for i := len(d.batch) - 1; i >= 0; i-- {
+			d.at[d.batch[i].Cookie] = i
 		}
 	}
+	if i, ok := d.at[offset]; ok {
+		return i
+	}
+	return -1
 }
 
 // startPass begins a listing at offset 0: with fresh directory attributes
@@ -182,9 +259,9 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 // LOCKS_REQUIRED(d.mu)
 func (fs *FS) startPass(ctx context.Context, c *Cred, d *openDir, plus bool) error {
 	dir := d.node
-	d.buf, d.plusBuf, d.eof, d.next, d.plus, d.pending = nil, nil, false, 0, plus, nil
-	d.cached, d.snap, d.snapPlus, d.started, d.restarted = false, nil, nil, true, false
-	clear(d.seen)
+	d.cached, d.at, d.batch, d.plusB, d.pos, d.eof = false, nil, nil, nil, 0, false
+	d.cookie, d.verf, d.next, d.pending = 0, nfs3.Verf{}, 0, nil
+	d.newRun()
 	if fs.cachingNames() {
 		dir.mu.Lock()
 		_, _, fresh := dir.cachedAttrLocked(fs.now())
@@ -197,9 +274,8 @@ func (fs *FS) startPass(ctx context.Context, c *Cred, d *openDir, plus bool) err
 	}
 	dir.mu.Lock()
 	defer dir.mu.Unlock()
-	if snap, pd, ok := fs.listSnapshotLocked(dir, plus); ok {
-		d.cached, d.snap, d.snapPlus = true, snap, pd
-		d.buf, d.plusBuf, d.eof = snap, pd, true
+	if s, ok := fs.listSnapshotLocked(dir, plus); ok {
+		d.cached, d.batch, d.plusB, d.verf, d.eof = true, s.entries, s.plus, s.verf, true
 		return nil
 	}
 	d.pending = fs.beginPendingLocked(dir)
@@ -231,7 +307,7 @@ func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData, cached bool) *inod
 	fs.applyAttrLocked(n, &p.attr, p.at) // ignored if older than what n has
 	a, ok := n.attr, n.attrValid
 	if p.attr.Type == nfs3.TypeDir {
-		n.parent = dir.id
+		n.parent, n.name = dir.id, e.Name
 	}
 	n.mu.Unlock()
 	if !ok {
@@ -246,115 +322,4 @@ func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData, cached bool) *inod
 	dir.mu.Unlock()
 	e.Entry = fs.entryFor(n, &a, dir)
 	return n
-}
-
-// fetchDir reads the next batch of entries after d.next into d.buf. A
-// cookie the server no longer honours restarts the listing from the
-// beginning, skipping names this reader has already been given.
-//
-// LOCKS_REQUIRED(d.mu)
-func (fs *FS) fetchDir(ctx context.Context, c *Cred, d *openDir) (sent int, err error) {
-	for restarted := false; ; restarted = true {
-		sent, err := fs.readdirRPC(ctx, c, d)
-		if err != nfs3.ErrBadCookie || restarted {
-			return sent, err
-		}
-		d.next, d.verf = 0, nfs3.Verf{}
-		d.buf, d.plusBuf, d.pending = nil, nil, nil
-		d.restarted = true
-	}
-}
-
-// readdirRPC sends one READDIR or READDIRPLUS from d.next.
-//
-// LOCKS_REQUIRED(d.mu)
-func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir) (int, error) {
-	dir := d.node
-	at := fs.now()
-	skip := d.restarted // names already returned in this pass are skipped
-	add := func(name []byte, fileid, cookie uint64) bool {
-		if skip {
-			if _, dup := d.seen[nameHash(string(name))]; dup {
-				d.next = cookie
-				return false
-			}
-		}
-		d.buf = append(d.buf, DirEntry{Name: string(name), Ino: fileid, Cookie: cookie})
-		return true
-	}
-	// collect records an entry of a pass that may become the complete
-	// listing; finish installs it at EOF.
-	collect := func(e *DirEntry, p *plusData) {
-		switch {
-		case d.pending == nil:
-		case e.Name == ".":
-			d.pending.dots = true
-		case e.Name == "..":
-			d.pending.dotdot = e.Ino
-		case len(d.pending.entries) >= maxListEntries:
-			d.pending = nil // too large to keep: listed from the server each time
-		default:
-			d.pending.entries = append(d.pending.entries, pendingEntry{name: e.Name, fileid: e.Ino, mode: e.Mode, plus: p})
-		}
-	}
-	finish := func() {
-		if d.eof && d.pending != nil {
-			fs.finishPending(dir, d.pending)
-			d.pending = nil
-		}
-	}
-	if d.plus {
-		args := nfs3.ReaddirplusArgs{Dir: dir.fh, Cookie: d.next, CookieVerf: d.verf, DirCount: fs.dtpref, MaxCount: fs.rsize}
-		var res nfs3.ReaddirplusRes
-		if err := fs.call(ctx, c, nfs3.ProcReaddirplus, &args, &res); err != nil {
-			return 0, err
-		}
-		fs.applyAttr(dir, &res.DirAttr, at)
-		if res.Status != nfs3.OK {
-			fs.noteStale(dir, res.Status)
-			return 0, res.Status
-		}
-		d.verf, d.eof = res.CookieVerf, res.EOF
-		var ver *dirVersion
-		if res.DirAttr.Present {
-			v := versionOf(&res.DirAttr.Attr)
-			ver = &v
-		}
-		for i := range res.Entries {
-			e := &res.Entries[i]
-			if !add(e.Name, e.Fileid, e.Cookie) {
-				continue
-			}
-			var p plusData
-			var pp *plusData
-			if e.FH.Present && e.Attr.Present {
-				p = plusData{fh: append(nfs3.FH(nil), e.FH.FH...), attr: e.Attr.Attr, at: at, dirVer: ver}
-				d.buf[len(d.buf)-1].Mode = typeBits[e.Attr.Attr.Type]
-				pp = &p
-			}
-			d.plusBuf = append(d.plusBuf, p)
-			collect(&d.buf[len(d.buf)-1], pp)
-		}
-		finish()
-		return len(res.Entries), nil
-	}
-	args := nfs3.ReaddirArgs{Dir: dir.fh, Cookie: d.next, CookieVerf: d.verf, Count: fs.dtpref}
-	var res nfs3.ReaddirRes
-	if err := fs.call(ctx, c, nfs3.ProcReaddir, &args, &res); err != nil {
-		return 0, err
-	}
-	fs.applyAttr(dir, &res.DirAttr, at)
-	if res.Status != nfs3.OK {
-		fs.noteStale(dir, res.Status)
-		return 0, res.Status
-	}
-	d.verf, d.eof = res.CookieVerf, res.EOF
-	for i := range res.Entries {
-		e := &res.Entries[i]
-		if add(e.Name, e.Fileid, e.Cookie) {
-			collect(&d.buf[len(d.buf)-1], nil)
-		}
-	}
-	finish()
-	return len(res.Entries), nil
 }

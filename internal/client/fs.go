@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net"
 	"os"
 	"strconv"
@@ -47,6 +48,7 @@ type FS struct {
 	nodes   *inodeTable
 	rootFH  nfs3.FH
 	machine string
+	offSeed maphash.Seed // keys directory offsets (dirOffset)
 
 	// Transfer sizes negotiated with the server's FSINFO.
 	rsize, wsize, dtpref uint32
@@ -116,7 +118,7 @@ func Mount(ctx context.Context, cfg Config) (*FS, error) {
 	}
 	fs := &FS{
 		cfg: cfg, opts: opts, now: cfg.Now, logf: cfg.Logf, stats: newStats(),
-		machine: machine, creds: map[string]rpc.OpaqueAuth{},
+		machine: machine, creds: map[string]rpc.OpaqueAuth{}, offSeed: maphash.MakeSeed(),
 		files: map[uint64]*openFile{}, dirs: map[uint64]*openDir{}, nextOpen: 1,
 		notify: nopNotifier{},
 	}

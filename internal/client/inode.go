@@ -42,6 +42,7 @@ type inode struct {
 	dataValid bool
 	dataGen   uint64 // bumped whenever cached data stops being valid
 	parent    NodeID // directory this node was last reached from ('..' of a directory)
+	name      string // and its name there, for log lines (directories only)
 	// names: the directory's name cache (see namecache.go), valid for the
 	// directory version nameVer.
 	names     map[string]*dentry
@@ -50,6 +51,9 @@ type inode struct {
 	namesGen  uint64    // bumped each time the names are dropped
 	changedAt time.Time // when a change we did not make was last seen
 	list      *dirList  // complete listing, valid with the names (listcache.go)
+	// listWarned: the kinds of faults of the server's listings of the
+	// directory already logged (warnListing).
+	listWarned atomic.Uint32
 	// access: ACCESS results per identity (see access.go).
 	access map[string]accessEntry
 	// removeName: after a silly rename, the name to remove at last close.

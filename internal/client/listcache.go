@@ -13,15 +13,20 @@ import (
 // with the names when another version shows up; our own CREATE, REMOVE,
 // RENAME and LINK, which the wcc check proves are the only changes, are
 // applied to it instead. While it is valid:
-//   - a new listing is served from it, with no READDIR (the offsets handed
-//     to that reader are positions in a snapshot, stable for its stream);
+//   - a new listing is served from it, with no READDIR, in the server's
+//     order (names we added since at the end), so a rewound pass of an
+//     unchanged directory lists it as the pass from the server did;
 //   - a name it does not have does not exist: no LOOKUP to learn that.
+//
+// It keeps the server's cookie after each entry, so a stream that read a
+// pass from it can read on from the server after any of its entries.
 
 // dirList is a directory's complete listing.
 type dirList struct {
-	entries map[string]*listEntry
-	dots    bool   // the server lists "." and ".."
-	dotdot  uint64 // the fileid it gives ".."
+	entries map[string]*listEntry // "." and ".." too, when the server lists them
+	verf    nfs3.Verf             // the cookie verifier it was read with
+	end     uint64                // the server's cookie after its last entry
+	nextSeq uint64                // the order of the next name we add
 }
 
 // listEntry is one name of a complete listing.
@@ -30,9 +35,13 @@ type listEntry struct {
 	mode   uint32    // file type bits when known
 	plus   *plusData // handle and attributes, when known
 	seq    uint64    // listing order: server order, then our additions
+	// cookie is the server's cookie after the entry; for a name we added,
+	// the listing's end (the server has it somewhere we do not know: after
+	// it comes, of what the listing had, nothing).
+	cookie uint64
 }
 
-// listSeq orders entries added after the listing: after every listed one.
+// listSeqOwn orders entries added after the listing: after every listed one.
 const listSeqOwn = 1 << 62
 
 // pendingList gathers a stream's entries while it might become complete.
@@ -40,8 +49,6 @@ type pendingList struct {
 	startGen uint64     // the directory's namesGen when the stream began
 	startVer dirVersion // and its version
 	entries  []pendingEntry
-	dots     bool
-	dotdot   uint64
 }
 
 type pendingEntry struct {
@@ -49,6 +56,7 @@ type pendingEntry struct {
 	fileid uint64
 	mode   uint32
 	plus   *plusData
+	cookie uint64
 }
 
 // beginPendingLocked starts collecting a stream's entries from cookie 0.
@@ -61,46 +69,54 @@ func (fs *FS) beginPendingLocked(dir *inode) *pendingList {
 	return &pendingList{startGen: dir.namesGen, startVer: dir.nameVer}
 }
 
-// finishPending installs a stream's entries as the directory's complete
-// listing if the directory did not change while they were read.
-func (fs *FS) finishPending(dir *inode, p *pendingList) {
+// finishPending installs a stream's entries, read with verf up to end, as
+// the directory's complete listing if the directory did not change while
+// they were read.
+func (fs *FS) finishPending(dir *inode, p *pendingList, verf nfs3.Verf, end uint64) {
 	dir.mu.Lock()
 	defer dir.mu.Unlock()
 	if p == nil || dir.namesGen != p.startGen || !dir.namesValidLocked() || dir.nameVer != p.startVer {
 		return
 	}
-	l := &dirList{entries: make(map[string]*listEntry, len(p.entries)), dots: p.dots, dotdot: p.dotdot}
+	l := &dirList{entries: make(map[string]*listEntry, len(p.entries)), verf: verf, end: end, nextSeq: listSeqOwn}
 	for i, e := range p.entries {
-		l.entries[e.name] = &listEntry{fileid: e.fileid, mode: e.mode, plus: e.plus, seq: uint64(i)}
+		l.entries[e.name] = &listEntry{fileid: e.fileid, mode: e.mode, plus: e.plus, seq: uint64(i), cookie: e.cookie}
 	}
 	dir.list = l
 }
 
 // listChangeLocked applies our own change of name in dir to its complete
 // listing: n is what the name now is (nil: removed). With no node to record
-// (a rename we could not follow), the listing is dropped.
+// (a rename we could not follow), the listing is dropped. A name that stays
+// keeps its place.
 //
 // LOCKS_REQUIRED(dir.mu)
 func (dir *inode) listChangeLocked(name string, n *inode, removed bool) {
-	if dir.list == nil {
+	l := dir.list
+	if l == nil {
 		return
 	}
 	if removed {
-		delete(dir.list.entries, name)
+		delete(l.entries, name)
 		return
 	}
 	if n == nil {
 		dir.list = nil
 		return
 	}
+	e := &listEntry{seq: l.nextSeq, cookie: l.end}
+	if old := l.entries[name]; old != nil {
+		e.seq, e.cookie = old.seq, old.cookie
+	} else {
+		l.nextSeq++
+	}
 	n.mu.Lock()
-	e := &listEntry{seq: listSeqOwn + uint64(len(dir.list.entries))}
 	if n.attrValid {
 		e.fileid, e.mode = n.attr.Fileid, typeBits[n.attr.Type]
 		e.plus = &plusData{fh: n.fh, attr: n.attr, at: n.attrTime}
 	}
 	n.mu.Unlock()
-	dir.list.entries[name] = e
+	l.entries[name] = e
 }
 
 // changeName records our own change of name in dir: in the name cache and
@@ -132,43 +148,42 @@ func (dir *inode) listedAbsentLocked(name string) bool {
 	return !ok
 }
 
-// listSnapshotLocked returns the complete listing as a stream's entries,
-// with offsets 1, 2, ... and, for plus streams, the handles and attributes
-// (nil when any entry lacks them: then the server must be asked).
+// listSnapshot is a complete listing as a stream reads it.
+type listSnapshot struct {
+	entries []DirEntry
+	plus    []plusData // parallel to entries in a plus snapshot (nil fh: none)
+	verf    nfs3.Verf
+}
+
+// listSnapshotLocked returns the complete listing as a stream's entries in
+// listing order and, for plus streams, their handles and attributes (no
+// snapshot when a name other than "." and ".." lacks them: then the server
+// must be asked).
 //
 // LOCKS_REQUIRED(dir.mu)
-func (fs *FS) listSnapshotLocked(dir *inode, plus bool) ([]DirEntry, []plusData, bool) {
+func (fs *FS) listSnapshotLocked(dir *inode, plus bool) (listSnapshot, bool) {
 	l := dir.list
 	if l == nil || !dir.namesValidLocked() {
-		return nil, nil, false
+		return listSnapshot{}, false
 	}
 	names := make([]string, 0, len(l.entries))
 	for name, e := range l.entries {
-		if plus && e.plus == nil {
-			return nil, nil, false
+		if plus && e.plus == nil && name != "." && name != ".." {
+			return listSnapshot{}, false
 		}
 		names = append(names, name)
 	}
 	sort.Slice(names, func(i, j int) bool { return l.entries[names[i]].seq < l.entries[names[j]].seq })
-	var out []DirEntry
-	var pd []plusData
-	add := func(name string, fileid uint64, mode uint32, p *plusData) {
-		out = append(out, DirEntry{Name: name, Ino: fileid, Mode: mode, Cookie: uint64(len(out) + 1)})
-		if plus {
-			if p != nil {
-				pd = append(pd, *p)
-			} else {
-				pd = append(pd, plusData{})
-			}
+	s := listSnapshot{entries: make([]DirEntry, len(names)), verf: l.verf}
+	if plus {
+		s.plus = make([]plusData, len(names))
+	}
+	for i, name := range names {
+		e := l.entries[name]
+		s.entries[i] = DirEntry{Name: name, Ino: e.fileid, Mode: e.mode, Cookie: fs.dirOffset(name), cookie: e.cookie}
+		if plus && e.plus != nil {
+			s.plus[i] = *e.plus
 		}
 	}
-	if l.dots {
-		add(".", dir.attr.Fileid, typeBits[nfs3.TypeDir], nil)
-		add("..", l.dotdot, typeBits[nfs3.TypeDir], nil)
-	}
-	for _, name := range names {
-		e := l.entries[name]
-		add(name, e.fileid, e.mode, e.plus)
-	}
-	return out, pd, true
+	return s, true
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -342,6 +343,11 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 			dir.mu.Unlock()
 			return nil, res.Status
 		}
+		if !usableFH(res.Obj) {
+			// An empty handle would be one node for every name so answered.
+			fs.logf("hushfs: directory %s: LOOKUP of %q answered with an empty file handle", fs.describeDir(dir), name)
+			return nil, fmt.Errorf("LOOKUP %q: the server answered an empty file handle: %w", name, nfs3.ErrIO)
+		}
 		r := &lookupResult{fh: append(nfs3.FH(nil), res.Obj...), attr: res.ObjAttr, at: at}
 		n := fs.nodes.ref(r.fh)
 		defer fs.nodes.forget(n.id, 1) // held only while recording the name
@@ -377,7 +383,7 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 	}
 	if a.Type == nfs3.TypeDir {
 		n.mu.Lock()
-		n.parent = dir.id
+		n.parent, n.name = dir.id, name
 		n.mu.Unlock()
 	}
 	return fs.entryFor(n, &a, dir), nil, false

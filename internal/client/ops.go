@@ -280,7 +280,7 @@ func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string
 		fs.noteStale(dir, res.Status)
 		return Entry{}, res.Status
 	}
-	if !res.Obj.Present {
+	if !res.Obj.Present || !usableFH(res.Obj.FH) {
 		return fs.Lookup(ctx, c, dir.id, name)
 	}
 	n := fs.nodes.ref(res.Obj.FH)
@@ -292,7 +292,7 @@ func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string
 	}
 	n.mu.Lock()
 	if a.Type == nfs3.TypeDir {
-		n.parent = dir.id
+		n.parent, n.name = dir.id, name
 	}
 	// A new file's data is what we will write: nothing cached to distrust.
 	n.dataValid, n.dataMtime, n.dataSize = true, a.Mtime, a.Size
@@ -421,7 +421,12 @@ func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode
 	return e, true, nil
 }
 
-// Readlink returns a symbolic link's target.
+// pathMax is PATH_MAX: a symbolic link's target, with its terminating NUL,
+// must fit in it for the kernel to take it whole.
+const pathMax = 4096
+
+// Readlink returns a symbolic link's target; one the kernel cannot take
+// (PATH_MAX bytes or more) is ENAMETOOLONG.
 func (fs *FS) Readlink(ctx context.Context, c *Cred, id NodeID) ([]byte, error) {
 	n, err := fs.node(id)
 	if err != nil {
@@ -435,6 +440,9 @@ func (fs *FS) Readlink(ctx context.Context, c *Cred, id NodeID) ([]byte, error) 
 	fs.applyAttr(n, &res.SymlinkAttr, at)
 	if res.Status != nfs3.OK {
 		return nil, res.Status
+	}
+	if len(res.Data) >= pathMax {
+		return nil, syscall.ENAMETOOLONG // the kernel would cut it short
 	}
 	return append([]byte(nil), res.Data...), nil
 }
@@ -629,7 +637,7 @@ func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, 
 		fs.invalidateAttr(moved) // ctime changed
 		moved.mu.Lock()
 		if moved.attr.Type == nfs3.TypeDir {
-			moved.parent = to.id
+			moved.parent, moved.name = to.id, newName
 		}
 		moved.mu.Unlock()
 		fs.changeName(to, newName, moved, at)

@@ -22,8 +22,10 @@ func (a *ReadlinkArgs) Append(b []byte) []byte { return a.Symlink.Append(b) }
 // Decode decodes the arguments.
 func (a *ReadlinkArgs) Decode(d *xdr.Decoder) { a.Symlink.Decode(d) }
 
-// ReadlinkRes is READLINK3res. Data is the link target as opaque bytes (at
-// most MaxPathLen).
+// ReadlinkRes is READLINK3res. Data is the link target as opaque bytes. A
+// decoded target is bounded only by the reply's size: one longer than a
+// client can take is the client's to refuse (ENAMETOOLONG), which it can
+// only do if the reply decodes.
 type ReadlinkRes struct {
 	Status      Status
 	SymlinkAttr PostOpAttr // both arms
@@ -45,7 +47,7 @@ func (r *ReadlinkRes) Decode(d *xdr.Decoder) {
 	*r = ReadlinkRes{Status: decodeStatus(d)}
 	r.SymlinkAttr.Decode(d)
 	if r.Status == OK {
-		r.Data = d.Opaque(MaxPathLen)
+		r.Data = d.Opaque(restOfReply)
 	}
 }
 

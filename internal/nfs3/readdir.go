@@ -23,6 +23,16 @@ const (
 	dirEntryPlusMin = dirEntryMin + 4 + 4
 )
 
+// restOfReply is the bound of the items of a reply that a client must be
+// able to refuse one by one: a READDIR(PLUS) entry's name, a post_op_fh3
+// handle and a READLINK target are bounded only by the bytes left in the
+// reply. An entry a client cannot use (a name no file system takes, a
+// handle over NFS3_FHSIZE) is the client's to skip, and must not cost it
+// the rest of the listing; a target too long for it gets its own error,
+// not EIO. The reply's size is bounded by the RPC layer, and these slices
+// alias it.
+const restOfReply = 1<<32 - 1
+
 // opaqueSize is the encoded size of variable-length opaque data of n bytes.
 func opaqueSize(n int) int { return 4 + (n+3)&^3 }
 
@@ -47,7 +57,8 @@ func (p *PostOpFH) XDRSize() int {
 // the status word is not included, as count and maxcount do not include it.
 func ReaddirHeadSize(dirAttr *PostOpAttr) int { return dirAttr.XDRSize() + CookieVerfSize }
 
-// DirEntry is entry3, one READDIR entry.
+// DirEntry is entry3, one READDIR entry. A decoded Name may be anything a
+// peer sent (empty, over MaxNameLen, holding '/' or NUL): see restOfReply.
 type DirEntry struct {
 	Fileid uint64
 	Name   []byte
@@ -69,7 +80,7 @@ func AppendDirEntry(b []byte, e *DirEntry) []byte {
 // decode decodes an entry, without its value_follows word.
 func (e *DirEntry) decode(d *xdr.Decoder) {
 	e.Fileid = d.Uint64()
-	e.Name = d.Opaque(MaxNameLen)
+	e.Name = d.Opaque(restOfReply)
 	e.Cookie = d.Uint64()
 }
 
@@ -104,7 +115,9 @@ func AppendReaddirResHead(b []byte, dirAttr *PostOpAttr, verf Verf) []byte {
 	return append(b, verf[:]...)
 }
 
-// DirEntryPlus is entryplus3, one READDIRPLUS entry.
+// DirEntryPlus is entryplus3, one READDIRPLUS entry. A decoded Name, and
+// FH.FH (empty, or over FHSize), may be anything a peer sent: see
+// restOfReply.
 type DirEntryPlus struct {
 	Fileid uint64
 	Name   []byte
@@ -136,7 +149,7 @@ func AppendDirEntryPlus(b []byte, e *DirEntryPlus) []byte {
 // decode decodes an entry, without its value_follows word.
 func (e *DirEntryPlus) decode(d *xdr.Decoder) {
 	*e = DirEntryPlus{Fileid: d.Uint64()}
-	e.Name = d.Opaque(MaxNameLen)
+	e.Name = d.Opaque(restOfReply)
 	e.Cookie = d.Uint64()
 	e.Attr.Decode(d)
 	e.FH.Decode(d)
@@ -145,13 +158,13 @@ func (e *DirEntryPlus) decode(d *xdr.Decoder) {
 // skipDirEntryPlus consumes an entry, checking what decode checks.
 func skipDirEntryPlus(d *xdr.Decoder) {
 	d.Uint64()
-	d.Opaque(MaxNameLen)
+	d.Opaque(restOfReply)
 	d.Uint64()
 	if d.Bool() {
 		d.FixedOpaque(FattrSize)
 	}
 	if d.Bool() {
-		d.Opaque(FHSize)
+		d.Opaque(restOfReply)
 	}
 }
 

@@ -1,6 +1,7 @@
 package nfs3
 
 import (
+	"bytes"
 	"fmt"
 	"reflect"
 
@@ -19,7 +20,12 @@ type sample struct {
 	proc  uint32
 	mount bool // a MOUNT procedure
 	res   bool // a result, not arguments
-	v     codec
+	// hostile: a reply breaking the protocol's limits (names no file
+	// system takes, handles over NFS3_FHSIZE, targets over PATH_MAX) that a
+	// client must decode so as to refuse only what it cannot use; the
+	// oracle, which enforces the limits, does not take it.
+	hostile bool
+	v       codec
 }
 
 // argsFor returns a zero argument value of an NFS procedure (nil for NULL or
@@ -243,6 +249,11 @@ func samples(n names) []sample {
 	add("readlink", ProcReadlink, false, &ReadlinkArgs{Symlink: fh(4, 31)})
 	add("readlink-ok", ProcReadlink, true, &ReadlinkRes{Status: OK, SymlinkAttr: postAttr(10), Data: n.path()})
 	add("readlink-inval", ProcReadlink, true, &ReadlinkRes{Status: ErrInval})
+	hostile := func(name string, proc uint32, v codec) {
+		s = append(s, sample{name: name, proc: proc, res: true, hostile: true, v: v})
+	}
+	hostile("readlink-ok-pathmax", ProcReadlink, &ReadlinkRes{Status: OK, Data: bytes.Repeat([]byte("l"), MaxPathLen)})
+	hostile("readlink-ok-overlong", ProcReadlink, &ReadlinkRes{Status: OK, SymlinkAttr: postAttr(10), Data: bytes.Repeat(n.path(), 400)})
 
 	add("read", ProcRead, false, &ReadArgs{File: fh(5, 32), Offset: 1<<62 + 1, Count: 65536})
 	add("read-ok", ProcRead, true, &ReadRes{Status: OK, FileAttr: postAttr(11), Count: 5, EOF: true, Data: []byte("\x00\x01\xfe\xffz")})
@@ -263,6 +274,8 @@ func samples(n names) []sample {
 		add(name+"-exist", proc, true, &DirOpRes{Status: ErrExist, DirWcc: wcc(proc + 1)})
 	}
 	dirRes("create", ProcCreate)
+	hostile("create-ok-widefh", ProcCreate, &DirOpRes{Status: OK, Obj: PostOpFH{Present: true, FH: fh(1, FHSize+1)}, ObjAttr: postAttr(3), DirWcc: wcc(4)})
+	hostile("mkdir-ok-emptyfh", ProcMkdir, &DirOpRes{Status: OK, Obj: PostOpFH{Present: true, FH: FH{}}, DirWcc: wcc(5)})
 
 	add("mkdir", ProcMkdir, false, &MkdirArgs{Where: dirop(5), Attr: sa[1]})
 	dirRes("mkdir", ProcMkdir)
@@ -303,6 +316,11 @@ func samples(n names) []sample {
 	add("readdir-ok", ProcReaddir, true, &ReaddirRes{Status: OK, DirAttr: postAttr(25), CookieVerf: verf(4), Entries: ents, EOF: true})
 	add("readdir-ok-empty", ProcReaddir, true, &ReaddirRes{Status: OK, CookieVerf: verf(5), EOF: false})
 	add("readdir-badcookie", ProcReaddir, true, &ReaddirRes{Status: ErrBadCookie, DirAttr: postAttr(26)})
+	var bad []DirEntry
+	for i, name := range [][]byte{[]byte("a/b"), {}, []byte("x\x00y"), bytes.Repeat([]byte("n"), MaxNameLen+1), n.name(1), bytes.Repeat(n.name(2), 700)} {
+		bad = append(bad, DirEntry{Fileid: uint64(i) + 9, Name: name, Cookie: uint64(i) + 1})
+	}
+	hostile("readdir-ok-badnames", ProcReaddir, &ReaddirRes{Status: OK, DirAttr: postAttr(25), CookieVerf: verf(4), Entries: bad, EOF: true})
 
 	add("readdirplus", ProcReaddirplus, false, &ReaddirplusArgs{Dir: fh(9, 32), Cookie: 77, CookieVerf: verf(6), DirCount: 4096, MaxCount: 32768})
 	pents := make([]DirEntryPlus, 4)
@@ -317,6 +335,13 @@ func samples(n names) []sample {
 	}
 	add("readdirplus-ok", ProcReaddirplus, true, &ReaddirplusRes{Status: OK, DirAttr: postAttr(27), CookieVerf: verf(7), Entries: pents, EOF: false})
 	add("readdirplus-ok-empty", ProcReaddirplus, true, &ReaddirplusRes{Status: OK, CookieVerf: verf(8), EOF: true})
+	badPlus := []DirEntryPlus{
+		{Fileid: 1, Name: n.name(1), Cookie: 1, Attr: postAttr(1), FH: PostOpFH{Present: true, FH: fh(1, FHSize+1)}},
+		{Fileid: 2, Name: n.name(2), Cookie: 2, Attr: postAttr(2), FH: PostOpFH{Present: true, FH: FH{}}},
+		{Fileid: 3, Name: bytes.Repeat([]byte("/"), 300), Cookie: 3, FH: PostOpFH{Present: true, FH: fh(3, 4096)}},
+		{Fileid: 4, Name: n.name(4), Cookie: 4, Attr: postAttr(4), FH: PostOpFH{Present: true, FH: fh(4, 32)}},
+	}
+	hostile("readdirplus-ok-badhandles", ProcReaddirplus, &ReaddirplusRes{Status: OK, DirAttr: postAttr(27), CookieVerf: verf(7), Entries: badPlus, EOF: true})
 	add("readdirplus-toosmall", ProcReaddirplus, true, &ReaddirplusRes{Status: ErrTooSmall})
 
 	add("fsstat", ProcFsstat, false, &FsstatArgs{Root: fh(10, 32)})

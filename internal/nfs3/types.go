@@ -334,11 +334,14 @@ func (p *PostOpFH) Append(b []byte) []byte {
 	return b
 }
 
-// Decode decodes the optional handle.
+// Decode decodes the optional handle. Only replies carry one, and a handle
+// a client cannot use (empty, or over FHSize) is bounded only by the reply
+// (restOfReply): the client treats it as absent and looks the name up,
+// rather than losing the whole reply (a listing, a CREATE that happened).
 func (p *PostOpFH) Decode(d *xdr.Decoder) {
 	*p = PostOpFH{Present: d.Bool()}
 	if p.Present {
-		p.FH.Decode(d)
+		p.FH = d.Opaque(restOfReply)
 	}
 }
 
