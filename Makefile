@@ -6,7 +6,7 @@ GO ?= go
 # fails with "context deadline exceeded" having found nothing.
 FUZZTIME ?= 200000x
 
-.PHONY: build deps demo test test-go fuzz-short bench-quick soak-quick vet bench soak clean
+.PHONY: build deps demo test test-go fuzz-short bench-quick soak-quick conformance vet bench soak clean
 
 build:
 	$(GO) build -o bin/hushfs ./cmd/hushfs
@@ -37,7 +37,17 @@ bench-quick:
 soak-quick:
 	bench/run soak --quick
 
-test: deps vet test-go fuzz-short bench-quick soak-quick
+# The conformance suites, built from their tarballs in a scratch directory:
+# pjdfstest whole against hushfs serve and against ganesha, cthon04 (basic,
+# general, special, lock) against hushfs serve, all three at once. Any
+# failure but the listed expected ones (test/conformance/expected_test.go)
+# fails CI; the summary names every failure. About 4 minutes.
+CONFORMANCE_DIR ?= $(CURDIR)/../shared/conformance
+
+conformance: deps
+	HUSHFS_CONFORMANCE=$(abspath $(CONFORMANCE_DIR)) $(GO) test -count=1 -v -parallel 3 -timeout 40m -run TestConformance ./test/conformance/
+
+test: deps vet test-go fuzz-short bench-quick soak-quick conformance
 
 bench: deps build
 	bench/run

@@ -3,6 +3,11 @@
 # Idempotent: packages already present are not fetched again.
 set -euo pipefail
 pkgs=(nfs-ganesha nfs-ganesha-vfs libnfs-utils fuse3 tshark rpcbind iproute2 util-linux)
+# The conformance suites (make conformance) are built from source: pjdfstest
+# with autotools, cthon04 against libtirpc. pjdfstest names its files with
+# openssl; cthon04's general group compiles, runs tbl and nroff, and times
+# them with /usr/bin/time.
+pkgs+=(gcc make libc6-dev autoconf automake libtool libtirpc-dev openssl groff-base time)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
