@@ -77,7 +77,10 @@ func accessOK(fd int, mode uint32) error {
 	return unix.Faccessat2(fd, "", mode, unix.AT_EACCESS|unix.AT_EMPTY_PATH)
 }
 
-// checkName validates one file name component from a client.
+// checkName validates one file name component from a client. A name longer
+// than the most PATHCONF ever reports is NAMETOOLONG here; a shorter one that
+// the export's file system cannot take gets ENAMETOOLONG from its kernel,
+// which maps to the same status.
 func checkName(name []byte) error {
 	switch {
 	case len(name) == 0:
