@@ -296,6 +296,9 @@ func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string
 
 // Mkdir creates a directory.
 func (fs *FS) Mkdir(ctx context.Context, c *Cred, parent NodeID, name string, mode uint32) (Entry, error) {
+	if err := fs.checkName(name); err != nil {
+		return Entry{}, err
+	}
 	dir, err := fs.node(parent)
 	if err != nil {
 		return Entry{}, err
@@ -312,6 +315,9 @@ func (fs *FS) Mkdir(ctx context.Context, c *Cred, parent NodeID, name string, mo
 
 // Symlink creates a symbolic link holding target verbatim.
 func (fs *FS) Symlink(ctx context.Context, c *Cred, parent NodeID, name, target string) (Entry, error) {
+	if err := fs.checkName(name); err != nil {
+		return Entry{}, err
+	}
 	dir, err := fs.node(parent)
 	if err != nil {
 		return Entry{}, err
@@ -329,6 +335,9 @@ func (fs *FS) Symlink(ctx context.Context, c *Cred, parent NodeID, name, target 
 // Mknod creates a FIFO, socket or device node; a regular file is created
 // with CREATE.
 func (fs *FS) Mknod(ctx context.Context, c *Cred, parent NodeID, name string, mode, rdev uint32) (Entry, error) {
+	if err := fs.checkName(name); err != nil {
+		return Entry{}, err
+	}
 	dir, err := fs.node(parent)
 	if err != nil {
 		return Entry{}, err
@@ -434,6 +443,9 @@ func (fs *FS) Readlink(ctx context.Context, c *Cred, id NodeID) ([]byte, error) 
 
 // Link makes newName in newParent another name of node id.
 func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName string) (Entry, error) {
+	if err := fs.checkName(newName); err != nil {
+		return Entry{}, err
+	}
 	n, err := fs.node(id)
 	if err != nil {
 		return Entry{}, err
@@ -469,6 +481,9 @@ func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName s
 // name instead and removed at its last close, so its open descriptors keep
 // working, as kernel NFS clients do.
 func (fs *FS) Unlink(ctx context.Context, c *Cred, parent NodeID, name string) error {
+	if err := fs.checkName(name); err != nil {
+		return err
+	}
 	dir, err := fs.node(parent)
 	if err != nil {
 		return err
@@ -481,6 +496,9 @@ func (fs *FS) Unlink(ctx context.Context, c *Cred, parent NodeID, name string) e
 
 // Rmdir removes an empty directory.
 func (fs *FS) Rmdir(ctx context.Context, c *Cred, parent NodeID, name string) error {
+	if err := fs.checkName(name); err != nil {
+		return err
+	}
 	dir, err := fs.node(parent)
 	if err != nil {
 		return err
@@ -577,6 +595,12 @@ func (fs *FS) sillyRename(ctx context.Context, c *Cred, dir *inode, name string,
 // what newName named. A replaced file that is open here is first hidden,
 // so its open descriptors keep working.
 func (fs *FS) Rename(ctx context.Context, c *Cred, oldParent NodeID, oldName string, newParent NodeID, newName string) error {
+	if err := fs.checkName(oldName); err != nil {
+		return err
+	}
+	if err := fs.checkName(newName); err != nil {
+		return err
+	}
 	from, err := fs.node(oldParent)
 	if err != nil {
 		return err
@@ -661,6 +685,6 @@ func (fs *FS) StatFS(ctx context.Context, c *Cred, id NodeID) (StatFS, error) {
 	const bsize = 4096
 	return StatFS{
 		Blocks: res.Tbytes / bsize, Bfree: res.Fbytes / bsize, Bavail: res.Abytes / bsize,
-		Files: res.Tfiles, Ffree: res.Afiles, Bsize: bsize, NameLen: 255,
+		Files: res.Tfiles, Ffree: res.Afiles, Bsize: bsize, NameLen: fs.nameMax,
 	}, nil
 }
