@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"math"
 	"strconv"
 	"syscall"
 	"time"
@@ -158,6 +159,14 @@ type SetTime struct {
 	Time Timespec
 }
 
+// fits reports whether NFSv3 can carry the time: nfstime3 seconds are
+// unsigned 32 bits, so nothing before 1970 or from 2106 on. Anything else
+// would be stored as another time (2^32 as 1970), so it is refused with
+// EOVERFLOW, as the C library refuses times a 32-bit time_t cannot hold.
+func (t SetTime) fits() bool {
+	return t.How != TimeSet || (t.Time.Sec >= 0 && t.Time.Sec <= math.MaxUint32)
+}
+
 // SetAttrIn says which attributes to change.
 type SetAttrIn struct {
 	SetMode bool
@@ -198,6 +207,9 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	n, err := fs.node(id)
 	if err != nil {
 		return Attr{}, 0, err
+	}
+	if !in.Atime.fits() || !in.Mtime.fits() {
+		return Attr{}, 0, syscall.EOVERFLOW
 	}
 	if fs.dropNoops(n, &in) {
 		// Nothing would change: answer from the cache, send nothing.
