@@ -179,6 +179,10 @@ type SetAttrIn struct {
 	Size    uint64
 	Atime   SetTime
 	Mtime   SetTime
+	// KillSetID says the caller lacks CAP_FSETID (FUSE's KILL_SUIDGID):
+	// a size change then clears set-id bits on the server, so one to the
+	// current size is still sent if the file has bits it would clear.
+	KillSetID bool
 }
 
 func (in *SetAttrIn) sattr() nfs3.Sattr {
@@ -211,7 +215,7 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	if !in.Atime.fits() || !in.Mtime.fits() {
 		return Attr{}, 0, syscall.EOVERFLOW
 	}
-	if fs.dropNoops(n, &in) {
+	if fs.dropNoops(n, c, &in) {
 		// Nothing would change: answer from the cache, send nothing.
 		n.mu.Lock()
 		a, left, _ := n.cachedAttrLocked(fs.now())
@@ -246,11 +250,12 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 
 // dropNoops clears the parts of a SETATTR that a valid cache shows would
 // change nothing — chmod to the current mode, chown to the current owner,
-// truncate to the current size with nothing dirty — and reports whether
+// truncate to the current size with nothing dirty (unless it clears set-id
+// bits: KillSetID) — and reports whether
 // nothing is left to send. A time is never dropped: the kernel sends no
 // atime updates of its own to a FUSE file system (its inodes are
 // S_NOATIME), so every time that arrives is an explicit utimensat.
-func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
+func (fs *FS) dropNoops(n *inode, c *Cred, in *SetAttrIn) bool {
 	n.mu.Lock()
 	a, _, valid := n.cachedAttrLocked(fs.now())
 	n.mu.Unlock()
@@ -266,7 +271,7 @@ func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
 	if in.SetGID && in.GID == a.GID {
 		in.SetGID = false
 	}
-	if in.SetSize && in.Size == a.Size && fs.wb.dirtyEnd(n) == 0 {
+	if in.SetSize && in.Size == a.Size && fs.wb.dirtyEnd(n) == 0 && !(in.KillSetID && clearsSetID(&a, c)) {
 		in.SetSize = false
 	}
 	return !in.SetMode && !in.SetUID && !in.SetGID && !in.SetSize &&

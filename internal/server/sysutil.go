@@ -108,22 +108,6 @@ func timespecOf(t nfs3.SetTime) unix.Timespec {
 	return unix.Timespec{Nsec: unix.UTIME_OMIT}
 }
 
-// killPrivs reports whether a write by an unprivileged user must clear the
-// set-user-ID / set-group-ID bits of a file with this mode (as the kernel
-// does for writes by users without CAP_FSETID), and the mode to set.
-func killPrivs(mode uint32) (uint32, bool) {
-	m := mode & 0o7777
-	kill := m&unix.S_ISUID != 0 || m&(unix.S_ISGID|unix.S_IXGRP) == unix.S_ISGID|unix.S_IXGRP
-	if !kill {
-		return m, false
-	}
-	m &^= unix.S_ISUID
-	if m&unix.S_IXGRP != 0 {
-		m &^= unix.S_ISGID
-	}
-	return m, true
-}
-
 // linkMax is the most links an inode may have, by file system type.
 func linkMax(fsType int64) uint32 {
 	switch fsType {
