@@ -179,9 +179,10 @@ type SetAttrIn struct {
 	Size    uint64
 	Atime   SetTime
 	Mtime   SetTime
-	// KillSetID says the caller lacks CAP_FSETID (FUSE's KILL_SUIDGID):
-	// a size change then clears set-id bits on the server, so one to the
-	// current size is still sent if the file has bits it would clear.
+	// KillSetID is FUSE's KILL_SUIDGID: the change clears set-id bits on
+	// the server (a size change by a caller without CAP_FSETID, any change
+	// of owner), so one that would otherwise change nothing is still sent
+	// for a file with such bits.
 	KillSetID bool
 }
 
@@ -215,7 +216,7 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	if !in.Atime.fits() || !in.Mtime.fits() {
 		return Attr{}, 0, syscall.EOVERFLOW
 	}
-	if fs.dropNoops(n, c, &in) {
+	if fs.dropNoops(n, &in) {
 		// Nothing would change: answer from the cache, send nothing.
 		n.mu.Lock()
 		a, left, _ := n.cachedAttrLocked(fs.now())
@@ -250,12 +251,12 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 
 // dropNoops clears the parts of a SETATTR that a valid cache shows would
 // change nothing — chmod to the current mode, chown to the current owner,
-// truncate to the current size with nothing dirty (unless it clears set-id
+// truncate to the current size with nothing dirty (unless they clear set-id
 // bits: KillSetID) — and reports whether
 // nothing is left to send. A time is never dropped: the kernel sends no
 // atime updates of its own to a FUSE file system (its inodes are
 // S_NOATIME), so every time that arrives is an explicit utimensat.
-func (fs *FS) dropNoops(n *inode, c *Cred, in *SetAttrIn) bool {
+func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
 	n.mu.Lock()
 	a, _, valid := n.cachedAttrLocked(fs.now())
 	n.mu.Unlock()
@@ -265,13 +266,16 @@ func (fs *FS) dropNoops(n *inode, c *Cred, in *SetAttrIn) bool {
 	if in.SetMode && in.Mode&07777 == a.Mode&07777 {
 		in.SetMode = false
 	}
-	if in.SetUID && in.UID == a.UID {
+	// Locally a chown or truncation clears set-id bits even when it
+	// changes nothing else; the server does it when asked.
+	kills := in.KillSetID && a.Type == nfs3.TypeReg && a.Mode&(syscall.S_ISUID|syscall.S_ISGID) != 0
+	if in.SetUID && in.UID == a.UID && !kills {
 		in.SetUID = false
 	}
-	if in.SetGID && in.GID == a.GID {
+	if in.SetGID && in.GID == a.GID && !kills {
 		in.SetGID = false
 	}
-	if in.SetSize && in.Size == a.Size && fs.wb.dirtyEnd(n) == 0 && !(in.KillSetID && clearsSetID(&a, c)) {
+	if in.SetSize && in.Size == a.Size && fs.wb.dirtyEnd(n) == 0 && !kills {
 		in.SetSize = false
 	}
 	return !in.SetMode && !in.SetUID && !in.SetGID && !in.SetSize &&

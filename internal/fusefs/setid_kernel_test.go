@@ -137,6 +137,18 @@ func TestKernelSetIDClearedByWrite(t *testing.T) {
 			t.Errorf("%s: on the server's disk: %o %v, want 777", tc.name, st.Mode&0o7777, err)
 		}
 	}
+	// chown clears them even to the same owner, as locally.
+	p0 := filepath.Join(mnt, "chown")
+	os.WriteFile(p0, nil, 0o644)
+	unix.Chmod(p0, 0o4755)
+	var st0 unix.Stat_t
+	unix.Stat(p0, &st0)
+	if err := unix.Chown(p0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if unix.Stat(p0, &st0); st0.Mode&0o7777 != 0o755 {
+		t.Errorf("chown to the same owner left %o, want 755", st0.Mode&0o7777)
+	}
 	// Root (CAP_FSETID) keeps the bits.
 	p := filepath.Join(mnt, "rootwrite")
 	os.WriteFile(p, nil, 0o644)

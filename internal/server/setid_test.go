@@ -118,6 +118,39 @@ func TestSetIDClearedAsLocally(t *testing.T) {
 	}
 }
 
+// chown(2) clears set-id bits even to the same owner, so a SETATTR of the
+// owner the file has clears them as locally; a directory keeps them.
+func TestChownSameOwnerClearsSetID(t *testing.T) {
+	e := startEnv(t, false)
+	c := e.root0()
+	root := c.rootFH()
+	for _, tc := range []struct {
+		name string
+		mode uint32
+		dir  bool
+		want uint32
+	}{
+		{"f", 0o4755, false, 0o755},
+		{"g", 0o2775, false, 0o775},
+		{"d", 0o2775, true, 0o2775},
+	} {
+		p := filepath.Join(e.root, tc.name)
+		if tc.dir {
+			os.Mkdir(p, 0o755)
+		} else {
+			os.WriteFile(p, nil, 0o644)
+		}
+		os.Chmod(p, os.FileMode(tc.mode&0o777)|modeBits(tc.mode))
+		fh := c.mustLookup(root, tc.name)
+		var r nfs3.SetattrRes
+		c.call(nfs3.ProcSetattr, &nfs3.SetattrArgs{Obj: fh, Attr: nfs3.Sattr{SetUID: true, SetGID: true}}, &r)
+		wantStatus(t, "SETATTR of the same owner", r.Status, nfs3.OK)
+		if got := lstat(t, p).Mode & 0o7777; got != tc.want || r.Wcc.After.Attr.Mode != got {
+			t.Errorf("%o %s chowned to its owner: mode %o (reply %o), want %o", tc.mode, tc.name, got, r.Wcc.After.Attr.Mode, tc.want)
+		}
+	}
+}
+
 // modeBits converts the set-id and sticky bits of a mode for os.Chmod.
 func modeBits(mode uint32) os.FileMode {
 	var m os.FileMode
