@@ -94,9 +94,10 @@ func (fs *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.Attr
 // handle (ftruncate, or the truncation of an O_TRUNC open) is still a size
 // change of the node; ctime and lock owner have no NFS counterpart (the
 // server updates ctime itself). The kill-suid hint (a caller without
-// CAP_FSETID truncating or changing the owner) needs nothing on the wire:
+// CAP_FSETID truncating, or a change of owner) adds nothing on the wire:
 // the server truncates and changes the owner as the caller, which clears
-// the bits as locally.
+// the bits as locally; it keeps the core from dropping such a change as
+// a no-op (client.SetAttrIn.KillSetID).
 func setAttrIn(in *fuse.SetAttrIn) client.SetAttrIn {
 	v := in.Valid
 	var s client.SetAttrIn
