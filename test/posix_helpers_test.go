@@ -47,6 +47,11 @@ func init() {
 			os.Exit(2)
 		}
 		for _, op := range ops {
+			if op.Op == "write-fstat" {
+				errno, mode := asUserWriteFstat(op.Path)
+				fmt.Printf("errno %d mode %o\n", int(errno), mode)
+				continue
+			}
 			fmt.Printf("errno %d\n", int(asUserDo(op)))
 		}
 		os.Exit(0)
@@ -113,6 +118,24 @@ func asUserDo(op asUserOp) syscall.Errno {
 	return errnoOf(err)
 }
 
+// asUserWriteFstat writes to an existing file and returns the errno and
+// the mode fstat shows right after the write, before the close.
+func asUserWriteFstat(path string) (syscall.Errno, uint32) {
+	fd, err := unix.Open(path, unix.O_WRONLY, 0)
+	if err != nil {
+		return errnoOf(err), 0
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte("user")); err != nil {
+		return errnoOf(err), 0
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return errnoOf(err), 0
+	}
+	return 0, st.Mode & 0o7777
+}
+
 // errnoOf returns err's errno: 0 for nil, 0xffff (no real errno) for an
 // error that carries none.
 func errnoOf(err error) syscall.Errno {
@@ -168,6 +191,34 @@ func newUnprivileged(t *testing.T, dir string) *unprivileged {
 // errno each got.
 func (u *unprivileged) run(t *testing.T, ops ...asUserOp) []syscall.Errno {
 	t.Helper()
+	lines := u.runLines(t, ops...)
+	res := make([]syscall.Errno, len(ops))
+	for i, l := range lines {
+		var n int
+		if _, err := fmt.Sscanf(l, "errno %d", &n); err != nil {
+			t.Fatalf("operations as uid %d: unexpected output %q", testUID, l)
+		}
+		res[i] = syscall.Errno(n)
+	}
+	return res
+}
+
+// writeFstat writes to path as uid 1000 and returns the errno and the mode
+// the writer's fstat shows right after the write.
+func (u *unprivileged) writeFstat(t *testing.T, path string) (syscall.Errno, uint32) {
+	t.Helper()
+	l := u.runLines(t, asUserOp{Op: "write-fstat", Path: path})[0]
+	var n int
+	var mode uint32
+	if _, err := fmt.Sscanf(l, "errno %d mode %o", &n, &mode); err != nil {
+		t.Fatalf("write-fstat as uid %d: unexpected output %q", testUID, l)
+	}
+	return syscall.Errno(n), mode
+}
+
+// runLines performs ops as uid 1000 and returns the line printed for each.
+func (u *unprivileged) runLines(t *testing.T, ops ...asUserOp) []string {
+	t.Helper()
 	spec, _ := json.Marshal(ops)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -186,15 +237,7 @@ func (u *unprivileged) run(t *testing.T, ops ...asUserOp) []syscall.Errno {
 	if len(lines) != len(ops) {
 		t.Fatalf("operations as uid %d: %d results for %d operations: %q (%s)", testUID, len(lines), len(ops), out, stderr.String())
 	}
-	res := make([]syscall.Errno, len(ops))
-	for i, l := range lines {
-		var n int
-		if _, err := fmt.Sscanf(l, "errno %d", &n); err != nil {
-			t.Fatalf("operations as uid %d: unexpected output %q", testUID, l)
-		}
-		res[i] = syscall.Errno(n)
-	}
-	return res
+	return lines
 }
 
 // wantErrno fails unless err carries one of the errnos (0: success).

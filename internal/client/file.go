@@ -136,6 +136,9 @@ func (fs *FS) truncateOnOpen(ctx context.Context, c *Cred, n *inode) (Attr, time
 // Create creates and opens a regular file. O_EXCL becomes an EXCLUSIVE
 // CREATE, so a retransmitted create cannot fail with EEXIST.
 func (fs *FS) Create(ctx context.Context, c *Cred, parent NodeID, name string, flags, mode uint32) (Entry, uint64, error) {
+	if err := fs.checkName(name); err != nil {
+		return Entry{}, 0, err
+	}
 	dir, err := fs.node(parent)
 	if err != nil {
 		return Entry{}, 0, err

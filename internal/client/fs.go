@@ -53,6 +53,7 @@ type FS struct {
 	// Transfer sizes negotiated with the server's FSINFO.
 	rsize, wsize, dtpref uint32
 	maxFileSize          uint64
+	nameMax              uint32 // longest name, from PATHCONF
 
 	credMu sync.Mutex
 	creds  map[string]rpc.OpaqueAuth // GUARDED_BY(credMu): encoded AUTH_SYS per identity
@@ -94,7 +95,8 @@ func (fs *FS) floorTransfer(what string, v uint32) uint32 {
 }
 
 // Mount asks the server's MOUNT service for the export's root handle,
-// learns the transfer sizes with FSINFO, and returns the mounted file
+// learns the transfer sizes with FSINFO and the longest name with PATHCONF,
+// and returns the mounted file
 // system. Nothing is left running if it fails.
 func Mount(ctx context.Context, cfg Config) (*FS, error) {
 	opts := cfg.Options
@@ -154,6 +156,7 @@ func Mount(ctx context.Context, cfg Config) (*FS, error) {
 		fs.nfs.Close()
 		return nil, err
 	}
+	fs.pathconf(ctx, &self)
 	fs.wb = newWriteback(fs)
 	return fs, nil
 }

@@ -174,6 +174,9 @@ func (fs *FS) cachingNames() bool {
 // can. A name that does not exist returns ENOENT and, with negative
 // caching, an Entry with Node 0 and how long the kernel may remember that.
 func (fs *FS) Lookup(ctx context.Context, c *Cred, parent NodeID, name string) (Entry, error) {
+	if err := fs.checkName(name); err != nil {
+		return Entry{}, err
+	}
 	dir, err := fs.node(parent)
 	if err != nil {
 		return Entry{}, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"math"
 	"strconv"
 	"syscall"
 	"time"
@@ -165,6 +166,14 @@ type SetTime struct {
 	Time Timespec
 }
 
+// fits reports whether NFSv3 can carry the time: nfstime3 seconds are
+// unsigned 32 bits, so nothing before 1970 or from 2106 on. Anything else
+// would be stored as another time (2^32 as 1970), so it is refused with
+// EOVERFLOW, as the C library refuses times a 32-bit time_t cannot hold.
+func (t SetTime) fits() bool {
+	return t.How != TimeSet || (t.Time.Sec >= 0 && t.Time.Sec <= math.MaxUint32)
+}
+
 // SetAttrIn says which attributes to change.
 type SetAttrIn struct {
 	SetMode bool
@@ -177,6 +186,11 @@ type SetAttrIn struct {
 	Size    uint64
 	Atime   SetTime
 	Mtime   SetTime
+	// KillSetID is FUSE's KILL_SUIDGID: the change clears set-id bits on
+	// the server (a size change by a caller without CAP_FSETID, any change
+	// of owner), so one that would otherwise change nothing is still sent
+	// for a file with such bits.
+	KillSetID bool
 }
 
 func (in *SetAttrIn) sattr() nfs3.Sattr {
@@ -205,6 +219,9 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	n, err := fs.node(id)
 	if err != nil {
 		return Attr{}, 0, err
+	}
+	if !in.Atime.fits() || !in.Mtime.fits() {
+		return Attr{}, 0, syscall.EOVERFLOW
 	}
 	if fs.dropNoops(n, &in) {
 		// Nothing would change: answer from the cache, send nothing.
@@ -241,7 +258,8 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 
 // dropNoops clears the parts of a SETATTR that a valid cache shows would
 // change nothing — chmod to the current mode, chown to the current owner,
-// truncate to the current size with nothing dirty — and reports whether
+// truncate to the current size with nothing dirty (unless they clear set-id
+// bits: KillSetID) — and reports whether
 // nothing is left to send. A time is never dropped: the kernel sends no
 // atime updates of its own to a FUSE file system (its inodes are
 // S_NOATIME), so every time that arrives is an explicit utimensat.
@@ -255,13 +273,16 @@ func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
 	if in.SetMode && in.Mode&07777 == a.Mode&07777 {
 		in.SetMode = false
 	}
-	if in.SetUID && in.UID == a.UID {
+	// Locally a chown or truncation clears set-id bits even when it
+	// changes nothing else; the server does it when asked.
+	kills := in.KillSetID && a.Type == nfs3.TypeReg && a.Mode&(syscall.S_ISUID|syscall.S_ISGID) != 0
+	if in.SetUID && in.UID == a.UID && !kills {
 		in.SetUID = false
 	}
-	if in.SetGID && in.GID == a.GID {
+	if in.SetGID && in.GID == a.GID && !kills {
 		in.SetGID = false
 	}
-	if in.SetSize && in.Size == a.Size && fs.wb.dirtyEnd(n) == 0 {
+	if in.SetSize && in.Size == a.Size && fs.wb.dirtyEnd(n) == 0 && !kills {
 		in.SetSize = false
 	}
 	return !in.SetMode && !in.SetUID && !in.SetGID && !in.SetSize &&
@@ -303,6 +324,9 @@ func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string
 
 // Mkdir creates a directory.
 func (fs *FS) Mkdir(ctx context.Context, c *Cred, parent NodeID, name string, mode uint32) (Entry, error) {
+	if err := fs.checkName(name); err != nil {
+		return Entry{}, err
+	}
 	dir, err := fs.node(parent)
 	if err != nil {
 		return Entry{}, err
@@ -319,6 +343,9 @@ func (fs *FS) Mkdir(ctx context.Context, c *Cred, parent NodeID, name string, mo
 
 // Symlink creates a symbolic link holding target verbatim.
 func (fs *FS) Symlink(ctx context.Context, c *Cred, parent NodeID, name, target string) (Entry, error) {
+	if err := fs.checkName(name); err != nil {
+		return Entry{}, err
+	}
 	dir, err := fs.node(parent)
 	if err != nil {
 		return Entry{}, err
@@ -336,6 +363,9 @@ func (fs *FS) Symlink(ctx context.Context, c *Cred, parent NodeID, name, target 
 // Mknod creates a FIFO, socket or device node; a regular file is created
 // with CREATE.
 func (fs *FS) Mknod(ctx context.Context, c *Cred, parent NodeID, name string, mode, rdev uint32) (Entry, error) {
+	if err := fs.checkName(name); err != nil {
+		return Entry{}, err
+	}
 	dir, err := fs.node(parent)
 	if err != nil {
 		return Entry{}, err
@@ -449,6 +479,9 @@ func (fs *FS) Readlink(ctx context.Context, c *Cred, id NodeID) ([]byte, error) 
 
 // Link makes newName in newParent another name of node id.
 func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName string) (Entry, error) {
+	if err := fs.checkName(newName); err != nil {
+		return Entry{}, err
+	}
 	n, err := fs.node(id)
 	if err != nil {
 		return Entry{}, err
@@ -484,6 +517,9 @@ func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName s
 // name instead and removed at its last close, so its open descriptors keep
 // working, as kernel NFS clients do.
 func (fs *FS) Unlink(ctx context.Context, c *Cred, parent NodeID, name string) error {
+	if err := fs.checkName(name); err != nil {
+		return err
+	}
 	dir, err := fs.node(parent)
 	if err != nil {
 		return err
@@ -496,6 +532,9 @@ func (fs *FS) Unlink(ctx context.Context, c *Cred, parent NodeID, name string) e
 
 // Rmdir removes an empty directory.
 func (fs *FS) Rmdir(ctx context.Context, c *Cred, parent NodeID, name string) error {
+	if err := fs.checkName(name); err != nil {
+		return err
+	}
 	dir, err := fs.node(parent)
 	if err != nil {
 		return err
@@ -592,6 +631,12 @@ func (fs *FS) sillyRename(ctx context.Context, c *Cred, dir *inode, name string,
 // what newName named. A replaced file that is open here is first hidden,
 // so its open descriptors keep working.
 func (fs *FS) Rename(ctx context.Context, c *Cred, oldParent NodeID, oldName string, newParent NodeID, newName string) error {
+	if err := fs.checkName(oldName); err != nil {
+		return err
+	}
+	if err := fs.checkName(newName); err != nil {
+		return err
+	}
 	from, err := fs.node(oldParent)
 	if err != nil {
 		return err
@@ -676,6 +721,6 @@ func (fs *FS) StatFS(ctx context.Context, c *Cred, id NodeID) (StatFS, error) {
 	const bsize = 4096
 	return StatFS{
 		Blocks: res.Tbytes / bsize, Bfree: res.Fbytes / bsize, Bavail: res.Abytes / bsize,
-		Files: res.Tfiles, Ffree: res.Afiles, Bsize: bsize, NameLen: 255,
+		Files: res.Tfiles, Ffree: res.Afiles, Bsize: bsize, NameLen: fs.nameMax,
 	}, nil
 }

@@ -92,8 +92,12 @@ func (fs *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.Attr
 
 // setAttrIn converts the kernel's SETATTR. A size change that names a file
 // handle (ftruncate, or the truncation of an O_TRUNC open) is still a size
-// change of the node; ctime, lock owner and the kill-suid hint have no NFS
-// counterpart (the server updates ctime itself).
+// change of the node; ctime and lock owner have no NFS counterpart (the
+// server updates ctime itself). The kill-suid hint (a caller without
+// CAP_FSETID truncating, or a change of owner) adds nothing on the wire:
+// the server truncates and changes the owner as the caller, which clears
+// the bits as locally; it keeps the core from dropping such a change as
+// a no-op (client.SetAttrIn.KillSetID).
 func setAttrIn(in *fuse.SetAttrIn) client.SetAttrIn {
 	v := in.Valid
 	var s client.SetAttrIn
@@ -120,6 +124,7 @@ func setAttrIn(in *fuse.SetAttrIn) client.SetAttrIn {
 	}
 	s.Atime = setTime(fuse.FATTR_ATIME, fuse.FATTR_ATIME_NOW, in.Atime, in.Atimensec)
 	s.Mtime = setTime(fuse.FATTR_MTIME, fuse.FATTR_MTIME_NOW, in.Mtime, in.Mtimensec)
+	s.KillSetID = v&fuse.FATTR_KILL_SUIDGID != 0
 	return s
 }
 

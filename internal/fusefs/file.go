@@ -65,9 +65,16 @@ func (fs *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Re
 func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	rc := fs.request(cancel, &in.InHeader, "write")
 	defer rc.finish()
-	n, err := fs.core.Write(rc, fs.creds.cred(&in.InHeader), in.Fh, in.Offset, data)
+	c := fs.creds.cred(&in.InHeader)
+	n, err := fs.core.Write(rc, c, in.Fh, in.Offset, data)
 	if err != nil {
 		return 0, status(err)
+	}
+	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0 {
+		// A writer without CAP_FSETID: set-id bits go (see MountOptions).
+		if err := fs.core.ClearSetIDAfterWrite(rc, c, in.Fh); err != nil {
+			return 0, status(err)
+		}
 	}
 	return uint32(n), fuse.OK
 }

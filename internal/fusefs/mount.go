@@ -86,6 +86,14 @@ type MountConfig struct {
 //   - CAP_ATOMIC_O_TRUNC: open(O_TRUNC) arrives as one OPEN carrying the
 //     flag, which the core turns into its SETATTR, instead of OPEN followed
 //     by a separate SETATTR request.
+//   - CAP_HANDLE_KILLPRIV_V2: set-user-ID and set-group-ID bits cleared by
+//     a write, truncation or O_TRUNC open of a caller without CAP_FSETID
+//     are the file system's to clear. Without it the kernel sends a
+//     SETATTR of the mode first, as the writer, which the server refuses
+//     to anyone but the owner: write(2) failed with EPERM. The server
+//     writes and truncates as the caller, which clears them by the
+//     kernel's own rule; the core sends such a write at once, so the
+//     cached mode is the new one (client.ClearSetIDAfterWrite).
 //   - No CAP_WRITEBACK_CACHE: see the package documentation.
 //   - DisableSplice: READ data comes from memory (RPC replies), never from
 //     a file descriptor, so splicing only costs a failed attempt (a 1 MiB
@@ -112,7 +120,7 @@ func MountOptions(cfg MountConfig, direct bool) *fuse.MountOptions {
 		EnableSymlinkCaching:     true,
 		ExplicitDataCacheControl: false,
 		DisableReadDirPlus:       !o.RdirPlus,
-		ExtraCapabilities:        fuse.CAP_ATOMIC_O_TRUNC,
+		ExtraCapabilities:        fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
 		DisableSplice:            true,
 		Debug:                    cfg.Debug,
 		Logger:                   log.New(logWriter(logf), "", 0),

@@ -320,3 +320,22 @@ func TestHostileLists(t *testing.T) {
 		}
 	}
 }
+
+// A name argument longer than NAME_MAX still decodes, so that the server
+// can answer NAMETOOLONG; past any path's length it is refused.
+func TestNameArgBound(t *testing.T) {
+	for _, n := range []int{MaxNameLen + 1, MaxNameArg} {
+		a := DirOpArgs{Dir: FH{1, 2, 3}, Name: bytes.Repeat([]byte{'x'}, n)}
+		var got DirOpArgs
+		decodeAll(t, &got, a.Append(nil))
+		if len(got.Name) != n {
+			t.Fatalf("a %d-byte name decoded as %d bytes", n, len(got.Name))
+		}
+	}
+	a := DirOpArgs{Dir: FH{1}, Name: bytes.Repeat([]byte{'x'}, MaxNameArg+1)}
+	d := xdr.NewDecoder(a.Append(nil))
+	var got DirOpArgs
+	if got.Decode(d); d.Err() == nil {
+		t.Fatalf("a %d-byte name decoded", MaxNameArg+1)
+	}
+}

@@ -76,6 +76,11 @@ const (
 	WriteVerfSize  = 8    // NFS3_WRITEVERFSIZE
 	MaxNameLen     = 255  // longest filename component we accept
 	MaxPathLen     = 4096 // longest symlink target or MOUNT path we accept
+	// MaxNameArg bounds a name in a call's arguments when decoding: no
+	// name is longer than a path. A server answers NAMETOOLONG for names
+	// its file system cannot take; refusing them at the decoder would
+	// make the call GARBAGE_ARGS, an EIO for the application.
+	MaxNameArg = MaxPathLen
 	// MaxData bounds READ/WRITE payloads we decode; servers advertise less.
 	MaxData = 4 << 20
 )
@@ -440,5 +445,5 @@ func (a *DirOpArgs) Append(b []byte) []byte {
 // Decode decodes the directory operation arguments.
 func (a *DirOpArgs) Decode(d *xdr.Decoder) {
 	a.Dir.Decode(d)
-	a.Name = d.Opaque(MaxNameLen)
+	a.Name = d.Opaque(MaxNameArg)
 }

@@ -98,10 +98,14 @@ func (s *Server) applySattr(id *identity, fd int, cur *unix.Stat_t, sa *nfs3.Sat
 		}
 	}
 	uid, gid := -1, -1
-	if sa.SetUID && sa.UID != cur.Uid {
+	// chown(2) of a file clears its set-id bits even when the owner stays
+	// (the client asks with the owner it has: FUSE's KILL_SUIDGID, or an
+	// application's chown): such a file is chowned whatever the ids.
+	setID := ftype != unix.S_IFDIR && cur.Mode&(unix.S_ISUID|unix.S_ISGID) != 0
+	if sa.SetUID && (sa.UID != cur.Uid || setID) {
 		uid = int(sa.UID)
 	}
-	if sa.SetGID && sa.GID != cur.Gid {
+	if sa.SetGID && (sa.GID != cur.Gid || setID) {
 		gid = int(sa.GID)
 	}
 	chowned := false

@@ -148,9 +148,24 @@ func (s *Server) write(id *identity, a *nfs3.WriteArgs) (r nfs3.WriteRes) {
 		return r
 	}
 	data := a.Data[:a.Count]
+	pwrite := s.io.files.Pwrite
+	if !id.isRoot() && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+		// Written with the server's privileges, the kernel would keep the
+		// set-id bits. Written as the caller (without CAP_FSETID), it
+		// clears them by its own rule, as for a local write: set-user-ID
+		// always, set-group-ID with group execute or when the caller is
+		// not in the file's group. Only such files pay for the switch.
+		pwrite = func(fd int, p []byte, off int64) (k int, err error) {
+			err = s.as(id, func() error {
+				k, err = s.io.files.Pwrite(fd, p, off)
+				return err
+			})
+			return k, err
+		}
+	}
 	done := 0
 	for done < len(data) {
-		k, err := s.io.files.Pwrite(fd, data[done:], int64(a.Offset)+int64(done))
+		k, err := pwrite(fd, data[done:], int64(a.Offset)+int64(done))
 		if err == unix.EINTR {
 			continue
 		}
@@ -174,15 +189,6 @@ func (s *Server) write(id *identity, a *nfs3.WriteArgs) (r nfs3.WriteRes) {
 	}
 	if done > 0 {
 		s.wrote(n, a.Offset, uint64(done), a.Stable == nfs3.Unstable)
-	}
-	// The write ran with the server's privileges, under which the kernel
-	// keeps set-id bits; drop them as it would for the caller.
-	if !id.isRoot() {
-		if m, kill := killPrivs(st.Mode); kill {
-			if err := fchmodEmpty(n.fd, m); err != nil {
-				s.logf("hushfs server: clearing set-id bits of inode %d: %v", n.ino, err)
-			}
-		}
 	}
 	// A stable write's sync failing is latched (syncFile) as well as
 	// reported here: other clients' unstable data in the file may be what

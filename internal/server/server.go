@@ -47,6 +47,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"path/filepath"
 	"sync"
@@ -598,9 +599,16 @@ func ftypeOf(mode uint32) nfs3.Ftype {
 	return nfs3.TypeReg
 }
 
-// nfsTime converts a kernel time; nfstime3 seconds are unsigned 32-bit, so
-// times outside 1970..2106 wrap as on other servers.
+// nfsTime converts a kernel time. nfstime3 seconds are unsigned 32 bits: a
+// local time outside them (set on the server's disk) is sent as the nearest
+// time they hold, not wrapped (2^32 is not 1970, nor 1969 2106).
 func nfsTime(ts unix.Timespec) nfs3.Time {
+	switch {
+	case ts.Sec < 0:
+		return nfs3.Time{}
+	case ts.Sec > math.MaxUint32:
+		return nfs3.Time{Seconds: math.MaxUint32, Nseconds: 999_999_999}
+	}
 	return nfs3.Time{Seconds: uint32(ts.Sec), Nseconds: uint32(ts.Nsec)}
 }
 

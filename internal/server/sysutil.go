@@ -77,7 +77,10 @@ func accessOK(fd int, mode uint32) error {
 	return unix.Faccessat2(fd, "", mode, unix.AT_EACCESS|unix.AT_EMPTY_PATH)
 }
 
-// checkName validates one file name component from a client.
+// checkName validates one file name component from a client. A name longer
+// than the most PATHCONF ever reports is NAMETOOLONG here; a shorter one that
+// the export's file system cannot take gets ENAMETOOLONG from its kernel,
+// which maps to the same status.
 func checkName(name []byte) error {
 	switch {
 	case len(name) == 0:
@@ -103,22 +106,6 @@ func timespecOf(t nfs3.SetTime) unix.Timespec {
 		return unix.Timespec{Sec: int64(t.Time.Seconds), Nsec: int64(t.Time.Nseconds)}
 	}
 	return unix.Timespec{Nsec: unix.UTIME_OMIT}
-}
-
-// killPrivs reports whether a write by an unprivileged user must clear the
-// set-user-ID / set-group-ID bits of a file with this mode (as the kernel
-// does for writes by users without CAP_FSETID), and the mode to set.
-func killPrivs(mode uint32) (uint32, bool) {
-	m := mode & 0o7777
-	kill := m&unix.S_ISUID != 0 || m&(unix.S_ISGID|unix.S_IXGRP) == unix.S_ISGID|unix.S_IXGRP
-	if !kill {
-		return m, false
-	}
-	m &^= unix.S_ISUID
-	if m&unix.S_IXGRP != 0 {
-		m &^= unix.S_ISGID
-	}
-	return m, true
 }
 
 // linkMax is the most links an inode may have, by file system type.
