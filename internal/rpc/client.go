@@ -290,7 +290,14 @@ func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueA
 			case !c.opts.Hard:
 				err := fmt.Errorf("%w: prog %d vers %d proc %d xid %#x: no reply after %d transmissions",
 					ErrTimeout, prog, vers, proc, xid, p.tx.Load())
+				// The connection may be what failed (a reply stalled
+				// mid-record blocks every reply behind it): reset it as
+				// a hard call would, or every later call times out too.
+				c.mu.Lock()
+				cc := p.conn
+				c.mu.Unlock()
 				c.abandon(p, prog, vers, proc, start, timeouts, err)
+				c.resetStale(cc)
 				return err
 			default:
 				retries = 0
@@ -349,18 +356,33 @@ func (c *Client) retransmit(p *pendingCall) {
 	c.mu.Unlock()
 }
 
-// majorTimeout resets the connection the call was last sent on, as a
-// connection that has stopped answering may be silently dead; the new one
-// resends every pending call. A connection younger than one timeout is left
-// alone, so that many calls timing out together do not each tear down the
-// replacement the first one caused.
+// majorTimeout resets the connection the call was last sent on (see
+// resetStale); the new one resends every pending call. On a connection left
+// alone the call is sent again.
 func (c *Client) majorTimeout(p *pendingCall) {
 	c.mu.Lock()
-	cc := c.conn
-	stale := cc != nil && p.conn == cc && time.Since(cc.established) >= c.opts.Timeout
-	if c.pending[p.xid] == p && cc != nil && !stale {
+	cc := p.conn
+	if c.pending[p.xid] == p && c.conn != nil && !c.staleLocked(cc) {
 		c.sendLocked(p)
 	}
+	c.mu.Unlock()
+	c.resetStale(cc)
+}
+
+// staleLocked reports whether cc is the current connection and at least
+// one timeout old: one that has stopped answering may be silently dead, or
+// wedged behind a reply that stopped mid-record. A younger one is left
+// alone, so that many calls timing out together do not each tear down the
+// replacement the first one caused.
+func (c *Client) staleLocked(cc *clientConn) bool {
+	return cc != nil && c.conn == cc && time.Since(cc.established) >= c.opts.Timeout
+}
+
+// resetStale fails cc if it is stale; the next call to need a connection
+// makes a new one.
+func (c *Client) resetStale(cc *clientConn) {
+	c.mu.Lock()
+	stale := c.staleLocked(cc)
 	c.mu.Unlock()
 	if stale {
 		cc.fail(errors.New("rpc: major timeout"))
