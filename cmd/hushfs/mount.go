@@ -320,7 +320,8 @@ func serveMount(a mountArgs, host, export string, opts client.Options, mnt strin
 		}
 	}
 
-	// Write back what is still dirty. A further signal abandons it.
+	// Write back what is still dirty: until the server's next major
+	// timeout if it stops answering (client.FS.Close), or a further signal.
 	fctx, fcancel := context.WithCancel(context.Background())
 	defer fcancel()
 	go func() {
@@ -332,6 +333,12 @@ func serveMount(a mountArgs, host, export string, opts client.Options, mnt strin
 		}
 	}()
 	if err := core.Close(fctx); err != nil {
+		var lost *client.UnwrittenError
+		if errors.As(err, &lost) {
+			for _, f := range lost.Files {
+				logf("hushfs: not written back: %s (%d bytes)", filepath.Join(mnt, f.Path), f.Bytes)
+			}
+		}
 		return fmt.Errorf("writing back at unmount of %s: %w", mnt, err)
 	}
 	logf("hushfs: %s: done", mnt)

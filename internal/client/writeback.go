@@ -101,7 +101,7 @@ func (w *writeback) ageLoop() {
 		case <-w.stop:
 			return
 		case <-tick.C:
-			w.flushAged(context.Background())
+			w.flushAged(w.fs.life)
 		}
 	}
 }
@@ -219,14 +219,14 @@ func (w *writeback) write(ctx context.Context, of *openFile, c *Cred, off uint64
 	w.account(grown)
 
 	// Write-back started for this writer is never abandoned if the writer
-	// gives up (a signal): an abandoned WRITE would drop the data.
+	// gives up: an abandoned WRITE would drop the data (see await).
 	if stable != nfs3.Unstable {
-		return w.flush(context.WithoutCancel(ctx), n, stable)
+		return w.fs.await(ctx, func(ctx context.Context) error { return w.flush(ctx, n, stable) })
 	}
 	if len(stream) > 0 {
-		go w.send(context.WithoutCancel(ctx), n, st, stream, nfs3.Unstable)
+		go w.send(w.fs.detach(ctx), n, st, stream, nfs3.Unstable)
 	}
-	return w.throttle(context.WithoutCancel(ctx), n)
+	return w.throttle(ctx, n)
 }
 
 // takeStreamLocked detaches whole wsize chunks from the front of the dirty
@@ -272,7 +272,7 @@ func (w *writeback) throttle(ctx context.Context, n *inode) error {
 	if !over {
 		return nil
 	}
-	return w.flush(ctx, n, nfs3.FileSync)
+	return w.fs.await(ctx, func(ctx context.Context) error { return w.flush(ctx, n, nfs3.FileSync) })
 }
 
 // send writes chunks (already moved to st.inflight and counted in
@@ -384,6 +384,10 @@ func (w *writeback) flush(ctx context.Context, n *inode, stable nfs3.StableHow) 
 		st.mu.Lock()
 		for st.sending > 0 {
 			st.cond.Wait()
+		}
+		if err := ctx.Err(); err != nil {
+			st.mu.Unlock()
+			return err // nothing sent: the data stays as it is
 		}
 		w.fillGapsLocked(st, gen)
 		st.dirty.trim()

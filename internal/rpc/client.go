@@ -106,6 +106,7 @@ type Client struct {
 	pending map[uint32]*pendingCall
 	conn    *clientConn // nil while reconnecting
 	closed  bool
+	major   chan struct{} // closed at the next major timeout of a hard call
 }
 
 // pendingCall is one call from encoding to reply. Its request bytes are
@@ -156,6 +157,7 @@ func NewClient(ctx context.Context, opts ClientOptions) (*Client, error) {
 		closing:   make(chan struct{}),
 		wake:      make(chan struct{}, 1),
 		pending:   make(map[uint32]*pendingCall),
+		major:     make(chan struct{}),
 	}
 	if c.logf == nil {
 		c.logf = func(string, ...any) {}
@@ -205,6 +207,15 @@ func (c *Client) Close() error {
 	}
 	c.wg.Wait()
 	return nil
+}
+
+// MajorTimeout returns a channel closed at the next major timeout of a
+// hard call: the moment a soft call would have failed. Work that must end
+// in bounded time (write-back at unmount) gives up on it.
+func (c *Client) MajorTimeout() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.major
 }
 
 func (c *Client) now() int64 { return int64(time.Since(c.epoch)) }
@@ -305,6 +316,10 @@ func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueA
 					c.logf("rpc: server %s not responding, still trying", c.server)
 				}
 				c.majorTimeout(p)
+				c.mu.Lock()
+				close(c.major)
+				c.major = make(chan struct{})
+				c.mu.Unlock()
 			}
 			timer.Reset(c.timeo(timeouts + 1))
 		case <-ctx.Done():

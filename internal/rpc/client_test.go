@@ -225,6 +225,35 @@ func TestClientHardKeepsTrying(t *testing.T) {
 	}
 }
 
+// MajorTimeout's channel closes at a hard call's major timeout (100 +
+// 200 ms here), and a new one is handed out for the next.
+func TestClientMajorTimeoutSignalled(t *testing.T) {
+	bh := newBlackhole(t)
+	c := dialClient(t, bh.addr(), ClientOptions{Timeout: 100 * time.Millisecond, Retrans: 1, Hard: true})
+	major := c.MajorTimeout()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- c.Call(ctx, testProg, 3, procNull, NoAuth, nil, nil) }()
+	select {
+	case <-major:
+		if el := time.Since(start); el < 300*time.Millisecond {
+			t.Errorf("major timeout signalled after %v, want 300ms", el)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no major timeout signalled")
+	}
+	select {
+	case <-c.MajorTimeout():
+		t.Fatal("the next major timeout's channel is already closed")
+	default:
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("hard call: %v, want Canceled", err)
+	}
+}
+
 // stallingConn passes on the first budget bytes written to it and
 // swallows the rest: the peer sees a reply begin and never end, while the
 // connection stays open.
