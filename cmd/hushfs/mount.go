@@ -310,7 +310,14 @@ func serveMount(a mountArgs, host, export string, opts client.Options, mnt strin
 		logf("hushfs: %s was unmounted", mnt)
 	case sig := <-sigc:
 		logf("hushfs: %v: unmounting %s", sig, mnt)
-		if err := m.Unmount(false); err != nil {
+		switch err := m.Unmount(false); {
+		case errors.Is(err, fusefs.ErrNotOurs):
+			// Unmounted here already (another mount namespace may hold
+			// a copy, which keeps the connection alive): nothing at the
+			// path is ours to touch. The connection ends as this process
+			// does.
+			logf("hushfs: %v; leaving it alone", err)
+		case err != nil:
 			// Busy: detach it now; processes still using it get
 			// ENOTCONN once this process exits.
 			logf("hushfs: unmount %s: %v; detaching it", mnt, err)
