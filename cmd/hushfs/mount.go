@@ -20,6 +20,7 @@ import (
 
 	"hushfs/internal/client"
 	"hushfs/internal/fusefs"
+	"hushfs/internal/version"
 )
 
 const mountUsage = `usage: hushfs mount SERVER:/EXPORT MOUNTPOINT [-o OPTIONS] [-f] [--log FILE] [-d]
@@ -294,7 +295,7 @@ func serveMount(a mountArgs, host, export string, opts client.Options, mnt strin
 	if err != nil {
 		return err // it names the server, the export and the step that failed
 	}
-	fsys := fusefs.New(core, fusefs.Options{Logf: logf})
+	fsys := fusefs.New(core, fusefs.Options{Logf: logf, Version: version.String()})
 	m, err := fusefs.Mount(fsys, mnt, fusefs.MountConfig{Source: a.remote, Options: opts, Debug: a.debug, Logf: logf})
 	if err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -26,6 +26,8 @@ type Options struct {
 	ProcDir string
 	// Logf receives diagnostics; nil discards them.
 	Logf func(format string, args ...any)
+	// Version names the daemon's build in the statistics.
+	Version string
 }
 
 // FS implements fuse.RawFileSystem on top of a client core. Operations it
@@ -38,6 +40,7 @@ type FS struct {
 	logf    func(string, ...any)
 	blksize uint32 // st_blksize reported for every file
 	owner   uint32 // the mounting user: may reset the statistics, with root
+	version string
 	// signalled reports whether a calling thread has a signal pending
 	// that interrupts its request (see reqCtx); killed whether it is
 	// being killed (see killable).
@@ -72,6 +75,7 @@ func New(core *client.FS, opts Options) *FS {
 		logf:          opts.Logf,
 		blksize:       blksize,
 		owner:         uint32(os.Geteuid()),
+		version:       opts.Version,
 		signalled:     func(tid uint32) bool { return callerSignalled(opts.ProcDir, tid) },
 		killed:        func(tid uint32) bool { return callerKilled(opts.ProcDir, tid) },
 	}
