@@ -145,7 +145,7 @@ func (p *faultProxy) ctlJSON(t *testing.T, v any, sub string, args ...string) {
 func (p *faultProxy) Counts(t *testing.T) proxy.Counts {
 	t.Helper()
 	var c proxy.Counts
-	p.ctlJSON(t, &c, "counts")
+	p.ctlJSON(t, &c, "counts", "--json")
 	return c
 }
 
