@@ -24,7 +24,8 @@ wait_line() { # FILE PREFIX: wait for a process's ready line
 }
 
 mkdir -p "$work/export" "$work/state" "$mnt"
-# --no-root-squash: the demo runs as root and works in a root-owned export.
+# --no-root-squash: the demo runs as root and works in a root-owned export. No --allow:
+# every client here (the proxy, libnfs) connects from 127.0.0.1, which is served by default.
 "$bin" serve "$work/export" --listen 127.0.0.1 --nfs-port 0 --mount-port 0 \
   --state-dir "$work/state" --no-root-squash > "$work/serve.out" 2> "$work/serve.err" &
 pids+=($!)
@@ -94,5 +95,5 @@ echo "ls -l: $(ls "$mnt/bigdir" | wc -l) names in $(echo "$(date +%s.%N) - $star
 "$bin" umount "$mnt"
 echo "== proxy's independent count of every NFS call since start"
 kill -INT "${pids[1]}"; wait "${pids[1]}" 2>/dev/null || true
-tail -1 "$work/proxy.out"
+grep -v '^hushfs proxy:' "$work/proxy.out"
 echo "demo: done"

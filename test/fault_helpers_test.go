@@ -145,7 +145,7 @@ func (p *faultProxy) ctlJSON(t *testing.T, v any, sub string, args ...string) {
 func (p *faultProxy) Counts(t *testing.T) proxy.Counts {
 	t.Helper()
 	var c proxy.Counts
-	p.ctlJSON(t, &c, "counts")
+	p.ctlJSON(t, &c, "counts", "--json")
 	return c
 }
 
@@ -187,8 +187,9 @@ func mountThrough(t *testing.T, bin string, s *harness.Serve, p *faultProxy, dir
 
 // blockerEnv, when set in the environment of the test binary, makes it act
 // as the blocking helper instead of running tests: "OP PATH SIGNALS", OP
-// one of stat or read, SIGNALS how it treats SIGINT: "handle" (a handler
-// installed) or "ignore" (SIG_IGN).
+// one of stat, read or close (create PATH, write closeData to it, then
+// close it once told to on stdin), SIGNALS how it treats SIGINT: "handle"
+// (a handler installed) or "ignore" (SIG_IGN).
 const blockerEnv = "HUSHFS_TEST_BLOCKER"
 
 func init() {
@@ -225,17 +226,34 @@ func runBlocker(op, path, sigs string) int {
 	}
 	runtime.LockOSThread()
 	var fd int
-	if op == "read" {
+	switch op {
+	case "read":
 		var err error
 		if fd, err = unix.Open(path, unix.O_RDONLY, 0); err != nil {
 			fmt.Printf("open: errno %d\n", err.(syscall.Errno))
 			return 1
 		}
+	case "close":
+		var err error
+		if fd, err = unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, 0o644); err != nil {
+			fmt.Printf("open: errno %d\n", err.(syscall.Errno))
+			return 1
+		}
+		if _, err := unix.Write(fd, closeData()); err != nil {
+			fmt.Printf("write: errno %d\n", err.(syscall.Errno))
+			return 1
+		}
 	}
 	fmt.Printf("tid %d\n", unix.Gettid())
+	if op == "close" {
+		// Written (held by the mount, not yet sent): close when told.
+		bufio.NewReader(os.Stdin).ReadString('\n')
+	}
 	start := time.Now()
 	var err error
 	switch op {
+	case "close":
+		err = unix.Close(fd)
 	case "stat":
 		var st unix.Stat_t
 		err = unix.Stat(path, &st)
@@ -253,10 +271,15 @@ func runBlocker(op, path, sigs string) int {
 	return 0
 }
 
+// closeData is what the close helper writes: less than two wsize chunks,
+// so all of it stays dirty in the mount until the close.
+func closeData() []byte { return pattern(300<<10, 9) }
+
 // blocker is a running blocking helper.
 type blocker struct {
 	cmd   *exec.Cmd
 	tid   int
+	stdin io.WriteCloser
 	lines chan string
 	done  chan struct{}
 }
@@ -277,6 +300,9 @@ func startBlocker(t *testing.T, op, path, sigs string) *blocker {
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := b.cmd.StdoutPipe()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if b.stdin, err = b.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.cmd.Start(); err != nil {
@@ -305,6 +331,14 @@ func startBlocker(t *testing.T, op, path, sigs string) *blocker {
 	}
 	b.tid = tid
 	return b
+}
+
+// proceed tells a close helper to close its file.
+func (b *blocker) proceed(t *testing.T) {
+	t.Helper()
+	if _, err := io.WriteString(b.stdin, "close\n"); err != nil {
+		t.Fatalf("telling the helper to close: %v", err)
+	}
 }
 
 // next returns the helper's next line, failing the test after wait.

@@ -241,6 +241,10 @@ func TestMountSmoke(t *testing.T) {
 	}
 
 	s := e.stats()
+	// The daemon names its build, as `hushfs version` does.
+	if v, err := e.hushfs(nil, "version"); err != nil || s.Version == "" || s.Version != strings.TrimSpace(v) {
+		t.Errorf("stats version %q, hushfs version %q (%v): want the same", s.Version, v, err)
+	}
 	for _, proc := range []string{"CREATE", "WRITE", "MKDIR", "RENAME", "REMOVE", "READDIRPLUS"} {
 		if s.Count(proc) == 0 {
 			t.Errorf("stats show no %s: %v", proc, s.Names())

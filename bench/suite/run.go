@@ -549,7 +549,7 @@ func (r *wrun) resetCounts(m *harness.Mount) error {
 	if out, err := harness.RunHushfs(r.s.cfg.bin, 30*time.Second, "stats", m.Dir, "--json", "--reset"); err != nil {
 		return fmt.Errorf("hushfs stats --reset: %w: %s", err, strings.TrimSpace(out))
 	}
-	if out, err := harness.RunHushfs(r.s.cfg.bin, 30*time.Second, "proxy", "counts", "--control", r.ctl, "--reset"); err != nil {
+	if out, err := harness.RunHushfs(r.s.cfg.bin, 30*time.Second, "proxy", "counts", "--control", r.ctl, "--reset", "--json"); err != nil {
 		return fmt.Errorf("hushfs proxy counts --reset: %w: %s", err, strings.TrimSpace(out))
 	}
 	return nil
@@ -565,7 +565,7 @@ type statsJSON struct {
 	} `json:"ops"`
 }
 
-// proxyJSON is the part of `hushfs proxy counts` the suite reads.
+// proxyJSON is the part of `hushfs proxy counts --json` the suite reads.
 type proxyJSON struct {
 	Calls         map[string]uint64 `json:"calls"` // "prog/vers/proc"
 	WriteStable   map[string]uint64 `json:"write_stable"`
@@ -586,7 +586,7 @@ func (r *wrun) readStats(m *harness.Mount) (*statsJSON, error) {
 }
 
 func (r *wrun) readProxy() (*proxyJSON, error) {
-	out, err := harness.RunHushfs(r.s.cfg.bin, 15*time.Second, "proxy", "counts", "--control", r.ctl)
+	out, err := harness.RunHushfs(r.s.cfg.bin, 15*time.Second, "proxy", "counts", "--control", r.ctl, "--json")
 	if err != nil {
 		return nil, fmt.Errorf("hushfs proxy counts: %w: %s", err, strings.TrimSpace(out))
 	}

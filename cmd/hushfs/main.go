@@ -16,11 +16,12 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"serve":  {runServe, "serve DIR: export a local directory over NFSv3 + MOUNT"},
-		"proxy":  {runProxy, "proxy --listen A --target B [--rtt D] [fault flags]: latency, fault-injecting and RPC-counting proxy (proxy faults|blackhole --control P: change a running one)"},
-		"mount":  {runMount, "mount SERVER:/EXPORT MOUNTPOINT [-o OPTS] [-f]: mount an NFSv3 export (FUSE)"},
-		"umount": {runUmount, "umount MOUNTPOINT [-l]: unmount a hushfs mount"},
-		"stats":  {runStats, "stats MOUNTPOINT [--json] [--reset]: per-procedure RPC statistics of a mount"},
+		"serve":   {runServe, "serve DIR: export a local directory over NFSv3 + MOUNT"},
+		"proxy":   {runProxy, "proxy --listen A --target B [--rtt D] [fault flags]: latency, fault-injecting and RPC-counting proxy (proxy faults|blackhole --control P: change a running one)"},
+		"mount":   {runMount, "mount SERVER:/EXPORT MOUNTPOINT [-o OPTS] [-f]: mount an NFSv3 export (FUSE)"},
+		"umount":  {runUmount, "umount MOUNTPOINT [-l]: unmount a hushfs mount"},
+		"stats":   {runStats, "stats MOUNTPOINT [--json] [--reset]: per-procedure RPC statistics of a mount"},
+		"version": {runVersion, "version (or --version): the build: module version and commit"},
 	}
 }
 
@@ -37,6 +38,9 @@ func main() {
 		os.Exit(2)
 	}
 	name, args := os.Args[1], os.Args[2:]
+	if name == "--version" || name == "-version" {
+		name = "version"
+	}
 	c, ok := commands()[name]
 	if !ok && isRemoteSpec(name) {
 		// mount.fuse3 runs "hushfs SERVER:/EXPORT MOUNTPOINT -o OPTS" for

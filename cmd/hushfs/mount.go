@@ -20,6 +20,7 @@ import (
 
 	"hushfs/internal/client"
 	"hushfs/internal/fusefs"
+	"hushfs/internal/version"
 )
 
 const mountUsage = `usage: hushfs mount SERVER:/EXPORT MOUNTPOINT [-o OPTIONS] [-f] [--log FILE] [-d]
@@ -294,7 +295,7 @@ func serveMount(a mountArgs, host, export string, opts client.Options, mnt strin
 	if err != nil {
 		return err // it names the server, the export and the step that failed
 	}
-	fsys := fusefs.New(core, fusefs.Options{Logf: logf})
+	fsys := fusefs.New(core, fusefs.Options{Logf: logf, Version: version.String()})
 	m, err := fusefs.Mount(fsys, mnt, fusefs.MountConfig{Source: a.remote, Options: opts, Debug: a.debug, Logf: logf})
 	if err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -310,7 +311,14 @@ func serveMount(a mountArgs, host, export string, opts client.Options, mnt strin
 		logf("hushfs: %s was unmounted", mnt)
 	case sig := <-sigc:
 		logf("hushfs: %v: unmounting %s", sig, mnt)
-		if err := m.Unmount(false); err != nil {
+		switch err := m.Unmount(false); {
+		case errors.Is(err, fusefs.ErrNotOurs):
+			// Unmounted here already (another mount namespace may hold
+			// a copy, which keeps the connection alive): nothing at the
+			// path is ours to touch. The connection ends as this process
+			// does.
+			logf("hushfs: %v; leaving it alone", err)
+		case err != nil:
 			// Busy: detach it now; processes still using it get
 			// ENOTCONN once this process exits.
 			logf("hushfs: unmount %s: %v; detaching it", mnt, err)
@@ -320,7 +328,8 @@ func serveMount(a mountArgs, host, export string, opts client.Options, mnt strin
 		}
 	}
 
-	// Write back what is still dirty. A further signal abandons it.
+	// Write back what is still dirty: until the server's next major
+	// timeout if it stops answering (client.FS.Close), or a further signal.
 	fctx, fcancel := context.WithCancel(context.Background())
 	defer fcancel()
 	go func() {
@@ -332,6 +341,12 @@ func serveMount(a mountArgs, host, export string, opts client.Options, mnt strin
 		}
 	}()
 	if err := core.Close(fctx); err != nil {
+		var lost *client.UnwrittenError
+		if errors.As(err, &lost) {
+			for _, f := range lost.Files {
+				logf("hushfs: not written back: %s (%d bytes)", filepath.Join(mnt, f.Path), f.Bytes)
+			}
+		}
 		return fmt.Errorf("writing back at unmount of %s: %w", mnt, err)
 	}
 	logf("hushfs: %s: done", mnt)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,14 +10,17 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"hushfs/internal/nfs3"
 	"hushfs/internal/proxy"
 )
 
@@ -35,8 +39,8 @@ func runProxy(args []string) error {
 	}
 	fl := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fl.Usage = func() {
-		fmt.Fprintln(fl.Output(), "usage: hushfs proxy --target HOST:PORT [--listen ADDR] [--rtt D] [--control PATH] [FAULT FLAGS]")
-		fmt.Fprintln(fl.Output(), "       hushfs proxy counts --control PATH [--reset]")
+		fmt.Fprintln(fl.Output(), "usage: hushfs proxy --target HOST:PORT [--listen ADDR] [--rtt D] [--control PATH] [--json] [FAULT FLAGS]")
+		fmt.Fprintln(fl.Output(), "       hushfs proxy counts --control PATH [--reset] [--json]")
 		fmt.Fprintln(fl.Output(), "       hushfs proxy faults --control PATH [--off | FAULT FLAGS]")
 		fmt.Fprintln(fl.Output(), "       hushfs proxy blackhole --control PATH DURATION")
 		fl.PrintDefaults()
@@ -45,6 +49,7 @@ func runProxy(args []string) error {
 	target := fl.String("target", "", "host:port to forward to (required)")
 	rtt := fl.Duration("rtt", 0, "round trip time to add (half in each direction)")
 	control := fl.String("control", "", "unix socket answering command lines (counts, reset, faults, blackhole) in JSON")
+	asJSON := fl.Bool("json", false, "print the counts at exit as JSON (procedures keyed prog/vers/proc), not by name")
 	faults := faultFlags(fl)
 	if err := parseFlagsOnly(fl, args); err != nil {
 		return err
@@ -100,7 +105,59 @@ func runProxy(args []string) error {
 	if err := p.Close(); err != nil {
 		return err
 	}
-	return json.NewEncoder(os.Stdout).Encode(p.Counts())
+	if *asJSON {
+		return json.NewEncoder(os.Stdout).Encode(p.Counts())
+	}
+	printCounts(os.Stdout, p.Counts())
+	return nil
+}
+
+// printCounts prints the counts for people: the totals, then the calls of
+// each procedure by name (NFS3 GETATTR, MOUNT3 MNT, ...) in program and
+// procedure order, WRITEs by stability and the faults injected.
+func printCounts(w io.Writer, c proxy.Counts) {
+	keys := slices.SortedFunc(maps.Keys(c.Calls), func(a, b proxy.ProcKey) int {
+		return cmp.Or(cmp.Compare(a.Prog, b.Prog), cmp.Compare(a.Vers, b.Vers), cmp.Compare(a.Proc, b.Proc))
+	})
+	var calls uint64
+	for _, k := range keys {
+		calls += c.Calls[k]
+	}
+	fmt.Fprintf(w, "calls %d, replies %d, unparsed records %d from clients and %d from the target\n",
+		calls, c.Replies, c.UnparsedCalls, c.UnparsedReplies)
+	fmt.Fprintf(w, "connections %d (%d could not reach the target), bytes %d in and %d out\n",
+		c.Conns, c.DialErrors, c.BytesIn, c.BytesOut)
+	for _, k := range keys {
+		fmt.Fprintf(w, "%-20s %10d\n", k.Name(), c.Calls[k])
+	}
+	if len(c.WriteStable) > 0 {
+		var parts []string
+		for _, how := range slices.Sorted(maps.Keys(c.WriteStable)) {
+			parts = append(parts, fmt.Sprintf("%v %d", nfs3.StableHow(how), c.WriteStable[how]))
+		}
+		fmt.Fprintf(w, "NFS3 WRITE by stability: %s\n", strings.Join(parts, ", "))
+	}
+	f := c.Faults
+	var faults []string
+	for _, x := range []struct {
+		name string
+		n    uint64
+	}{
+		{"connections closed", f.Closes}, {"calls cut short", f.Truncated}, {"blackholes", f.Blackholes},
+		{"calls blackholed", f.BlackholedCalls}, {"replies blackholed", f.BlackholedReplies},
+		{"calls duplicated", f.Duplicated}, {"duplicates' replies dropped", f.DupRepliesDropped},
+		{"duplicates skipped", f.DupSkipped}, {"replies jittered", f.JitteredReplies}, {"slow reads", f.SlowReads},
+	} {
+		if x.n > 0 {
+			faults = append(faults, fmt.Sprintf("%s %d", x.name, x.n))
+		}
+	}
+	if f.Jitter > 0 {
+		faults = append(faults, fmt.Sprintf("jitter %v in all", f.Jitter))
+	}
+	if len(faults) > 0 {
+		fmt.Fprintf(w, "faults: %s\n", strings.Join(faults, ", "))
+	}
 }
 
 // controlServer answers line commands on a unix socket, each with one JSON
@@ -367,11 +424,13 @@ func controlPrint(path, cmd string) error {
 	return err
 }
 
-// runProxyCounts prints the counts of a running proxy, as one JSON line.
+// runProxyCounts prints the counts of a running proxy by procedure name,
+// or with --json as the control socket's JSON line.
 func runProxyCounts(args []string) error {
 	fl := flag.NewFlagSet("proxy counts", flag.ContinueOnError)
 	control := fl.String("control", "", "control socket of the running proxy (required)")
 	reset := fl.Bool("reset", false, "zero the counts after reading them (atomically)")
+	asJSON := fl.Bool("json", false, "print the counts as JSON (procedures keyed prog/vers/proc)")
 	if err := parseFlagsOnly(fl, args); err != nil {
 		return err
 	}
@@ -382,7 +441,19 @@ func runProxyCounts(args []string) error {
 	if *reset {
 		cmd = "reset"
 	}
-	return controlPrint(*control, cmd)
+	if *asJSON {
+		return controlPrint(*control, cmd)
+	}
+	line, err := controlCall(*control, cmd)
+	if err != nil {
+		return err
+	}
+	var c proxy.Counts
+	if err := json.Unmarshal([]byte(line), &c); err != nil {
+		return fmt.Errorf("proxy counts: %w", err)
+	}
+	printCounts(os.Stdout, c)
+	return nil
 }
 
 // parseFlagsOnly parses args into fl and refuses anything left over: the

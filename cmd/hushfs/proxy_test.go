@@ -2,16 +2,22 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"flag"
 	"io"
 	"net"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"hushfs/internal/nfs3"
 	"hushfs/internal/proxy"
+	"hushfs/internal/rpc"
 )
 
 // TestProxyControl drives the control socket of a real proxy: faults are
@@ -122,5 +128,109 @@ func TestFaultFlags(t *testing.T) {
 		if _, err := get(); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// TestProxyCountsByName: the real binary prints a proxy's counts by
+// procedure name (NFS3, MOUNT3 and PORTMAP2 names; prog/vers/proc for any
+// other program), both from `proxy counts` and at exit; --json keeps the
+// machine form, keyed prog/vers/proc.
+func TestProxyCountsByName(t *testing.T) {
+	bin := buildHushfs(t)
+	// The target answers every call PROG_UNAVAIL: the proxy counts calls
+	// whatever the answer.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := rpc.NewServer(rpc.ServerOptions{})
+	go target.Serve(ln)
+	defer target.Close()
+	ctl := filepath.Join(t.TempDir(), "ctl")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "proxy", "--target", ln.Addr().String(), "--control", ctl)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
+	m := regexp.MustCompile(`^hushfs proxy: listening (\S+) `).FindStringSubmatch(line)
+	if err != nil || m == nil {
+		t.Fatalf("listening line %q, %v", line, err)
+	}
+	c := dial(t, m[1])
+	for _, k := range []proxy.ProcKey{proxy.NFS3(nfs3.ProcGetattr), proxy.NFS3(nfs3.ProcGetattr), proxy.NFS3(nfs3.ProcGetattr),
+		proxy.NFS3(nfs3.ProcReaddirplus), {Prog: nfs3.MountProgram, Vers: nfs3.MountVersion, Proc: nfs3.MountProcMnt},
+		{Prog: rpc.PortmapProgram, Vers: rpc.PortmapVersion, Proc: 3}, {Prog: 536870913, Vers: 1, Proc: 7}} {
+		call(c, k.Prog, k.Vers, k.Proc, rpc.NoAuth, nil, nil)
+	}
+	wantLines := []string{`NFS3 GETATTR +3`, `NFS3 READDIRPLUS +1`, `MOUNT3 MNT +1`, `PORTMAP2 GETPORT +1`, `536870913/1/7 +1`, `calls 7, replies 7, .*`}
+	checkHuman := func(what, text string) {
+		t.Helper()
+		for _, w := range wantLines {
+			if !regexp.MustCompile(`(?m)^` + w + `$`).MatchString(text) {
+				t.Errorf("%s: no line %q in\n%s", what, w, text)
+			}
+		}
+		if strings.Contains(text, "100003/3/") {
+			t.Errorf("%s: procedures shown as numbers:\n%s", what, text)
+		}
+	}
+	human, err := runBin(bin, "proxy", "counts", "--control", ctl)
+	if err != nil {
+		t.Fatalf("proxy counts: %v\n%s", err, human)
+	}
+	checkHuman("proxy counts", human)
+	machine, err := runBin(bin, "proxy", "counts", "--control", ctl, "--json")
+	if err != nil {
+		t.Fatalf("proxy counts --json: %v\n%s", err, machine)
+	}
+	var cnt struct {
+		Calls map[string]uint64 `json:"calls"`
+	}
+	if err := json.Unmarshal([]byte(machine), &cnt); err != nil || cnt.Calls["100003/3/1"] != 3 || cnt.Calls["100005/3/1"] != 1 {
+		t.Errorf("proxy counts --json: %v, calls %v\n%s", err, cnt.Calls, machine)
+	}
+	// At exit, the same table.
+	cmd.Process.Signal(syscall.SIGINT)
+	rest, _ := io.ReadAll(out)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("proxy exit: %v", err)
+	}
+	checkHuman("counts at exit", string(rest))
+}
+
+// runBin runs the binary with a deadline and returns its output.
+func runBin(bin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	return string(out), err
+}
+
+func TestPrintCounts(t *testing.T) {
+	var b strings.Builder
+	printCounts(&b, proxy.Counts{
+		Calls:       map[proxy.ProcKey]uint64{proxy.NFS3(nfs3.ProcWrite): 5, proxy.NFS3(nfs3.ProcGetattr): 106, proxy.NFS3(99): 1},
+		Replies:     112,
+		WriteStable: map[uint32]uint64{uint32(nfs3.Unstable): 4, uint32(nfs3.FileSync): 1},
+		Faults:      proxy.FaultCounts{Closes: 2, Blackholes: 1, BlackholedCalls: 3},
+	})
+	want := `calls 112, replies 112, unparsed records 0 from clients and 0 from the target
+connections 0 (0 could not reach the target), bytes 0 in and 0 out
+NFS3 GETATTR                106
+NFS3 WRITE                    5
+NFS3 proc 99                  1
+NFS3 WRITE by stability: UNSTABLE 4, FILE_SYNC 1
+faults: connections closed 2, blackholes 1, calls blackholed 3
+`
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }

@@ -33,7 +33,8 @@ type serveOptions struct {
 	allSquash  bool
 	anonUID    uint32
 	anonGID    uint32
-	allow      []netip.Prefix
+	allow      []netip.Prefix // never empty once parsed: loopbackOnly without --allow
+	allowGiven bool
 	securePort bool
 	metrics    string        // address of the Prometheus /metrics endpoint, "" = none
 	busyPoll   time.Duration // ServerOptions.BusyPoll
@@ -67,6 +68,28 @@ func parseAnonID(flagName string, dst *uint32) func(string) error {
 		*dst = uint32(n)
 		return nil
 	}
+}
+
+// loopbackOnly is whom a server started without --allow serves: this
+// machine only, so that a client list reaching further is explicit, as
+// exports(5) makes it.
+var loopbackOnly = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+
+// describeClients says whom the allow list admits, for the start-up line.
+func describeClients(allow []netip.Prefix, explicit bool) string {
+	if !explicit {
+		return "loopback clients only (127.0.0.0/8, ::1; --allow NETWORKS to serve others, --allow 0.0.0.0/0,::/0 for all)"
+	}
+	var v4, v6 bool
+	for _, p := range allow {
+		if p.Bits() == 0 {
+			v4, v6 = v4 || p.Addr().Is4(), v6 || p.Addr().Is6()
+		}
+	}
+	if v4 && v6 {
+		return "every client"
+	}
+	return fmt.Sprint(allow)
 }
 
 // parseAllow parses one --allow value: comma-separated networks in CIDR
@@ -122,7 +145,7 @@ func parseServeArgs(args []string) (*serveOptions, error) {
 	fs.BoolVar(&o.allSquash, "all-squash", false, "map every client user and group to the anonymous uid/gid")
 	fs.Func("anonuid", "uid of squashed and AUTH_NONE callers (default 65534)", parseAnonID("anonuid", &o.anonUID))
 	fs.Func("anongid", "gid of squashed and AUTH_NONE callers (default 65534)", parseAnonID("anongid", &o.anonGID))
-	fs.Func("allow", "serve only clients in these networks: CIDR[,CIDR...], repeatable (default: every client)", parseAllow(&o.allow))
+	fs.Func("allow", "serve only clients in these networks: CIDR[,CIDR...], repeatable; 0.0.0.0/0,::/0 for every client (default: loopback only)", parseAllow(&o.allow))
 	fs.BoolVar(&o.securePort, "secure-port", false, "serve only calls from privileged source ports (below 1024)")
 	fs.StringVar(&o.metrics, "metrics", "", "serve per-procedure counts and latency histograms in Prometheus text format at http://ADDR/metrics")
 	fs.DurationVar(&o.busyPoll, "busy-poll", 50*time.Microsecond, "after answering a client that sends one call at a time, poll for its next call this long before sleeping (one connection at a time; 0 = never)")
@@ -150,6 +173,9 @@ func parseServeArgs(args []string) (*serveOptions, error) {
 		return nil, errors.New("exactly one directory to export is required")
 	}
 	o.dir = pos[0]
+	if o.allowGiven = len(o.allow) > 0; !o.allowGiven {
+		o.allow = loopbackOnly
+	}
 	if o.busyPoll < 0 || o.busyPoll > time.Millisecond {
 		return nil, fmt.Errorf("--busy-poll %v: want 0 (off) up to 1ms", o.busyPoll)
 	}
@@ -241,10 +267,7 @@ func runServe(args []string) error {
 	if o.readOnly {
 		mode = "read-only"
 	}
-	clients := "every client"
-	if len(o.allow) > 0 {
-		clients = fmt.Sprint(o.allow)
-	}
+	clients := describeClients(o.allow, o.allowGiven)
 	if o.securePort {
 		clients += ", privileged ports only"
 	}

@@ -43,7 +43,8 @@ func TestParseServeAccessFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.squash() != server.RootSquash || o.anonUID != 65534 || o.anonGID != 65534 || o.allow != nil || o.securePort {
+	if o.squash() != server.RootSquash || o.anonUID != 65534 || o.anonGID != 65534 || o.securePort ||
+		o.allowGiven || !slices.Equal(o.allow, loopbackOnly) {
 		t.Fatalf("defaults: %+v", o)
 	}
 	cases := []struct {
@@ -70,7 +71,7 @@ func TestParseServeAccessFlags(t *testing.T) {
 	}
 	want := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"),
 		netip.MustParsePrefix("10.1.2.3/16"), netip.MustParsePrefix("::ffff:192.168.0.0/120")}
-	if o.anonUID != 4000 || o.anonGID != 4001 || !o.securePort || !slices.Equal(o.allow, want) {
+	if o.anonUID != 4000 || o.anonGID != 4001 || !o.securePort || !o.allowGiven || !slices.Equal(o.allow, want) {
 		t.Fatalf("%+v", o)
 	}
 	for _, bad := range []struct {
@@ -414,4 +415,107 @@ func TestServeMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
 	}
+}
+
+// nonLoopbackAddr returns an address of this machine outside 127.0.0.0/8
+// and ::1, or skips the test.
+func nonLoopbackAddr(t *testing.T) netip.Addr {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() && !p.Addr().IsLoopback() {
+			return p.Addr()
+		}
+	}
+	t.Skip("no non-loopback IPv4 address on this machine")
+	return netip.Addr{}
+}
+
+// Without --allow the server serves this machine's loopback clients only,
+// and its start-up line says so; --allow 0.0.0.0/0,::/0 serves everyone.
+func TestServeLoopbackByDefault(t *testing.T) {
+	bin := buildHushfs(t)
+	export := t.TempDir()
+	other := nonLoopbackAddr(t)
+	root := rpc.SysCred(0, 0, nil, "test")
+	for _, tc := range []struct {
+		allow      []string
+		otherOK    bool
+		clientsMsg string
+	}{
+		{nil, false, "to loopback clients only"},
+		{[]string{"--allow", "0.0.0.0/0,::/0"}, true, "to every client"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		// Listening on every address, so that the other address reaches it.
+		cmd := exec.CommandContext(ctx, bin, append([]string{"serve", export, "--nfs-port", "0", "--mount-port", "0",
+			"--state-dir", filepath.Join(t.TempDir(), "state")}, tc.allow...)...)
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		stop := func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			cancel()
+		}
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		m := regexp.MustCompile(`^hushfs serve: nfs \S+:(\d+) mount `).FindStringSubmatch(line)
+		if err != nil || m == nil {
+			stop()
+			t.Fatalf("address line %q, %v", line, err)
+		}
+		logs := bufio.NewReader(stderr)
+		logLine := ""
+		for !strings.Contains(logLine, "exporting") {
+			if logLine, err = logs.ReadString('\n'); err != nil {
+				stop()
+				t.Fatalf("no start-up line: %v", err)
+			}
+		}
+		if !strings.Contains(logLine, tc.clientsMsg) {
+			t.Errorf("%q: start-up line %q does not say %q", tc.allow, logLine, tc.clientsMsg)
+		}
+		for _, from := range []netip.Addr{netip.MustParseAddr("127.0.0.1"), other} {
+			c := dialFrom(t, from, net.JoinHostPort(from.String(), m[1]))
+			var mr nfs3.MntRes
+			if err := call(c, nfs3.MountProgram, nfs3.MountVersion, nfs3.MountProcMnt, root, &nfs3.MntArgs{Path: []byte(export)}, &mr); err != nil {
+				t.Fatalf("MNT from %v: %v", from, err)
+			}
+			nullErr := call(c, nfs3.Program, nfs3.Version, nfs3.ProcNull, root, nil, nil)
+			if want := from.IsLoopback() || tc.otherOK; want != (mr.Status == nfs3.MntOK) || want != (nullErr == nil) {
+				t.Errorf("%q: from %v: MNT %v, NULL %v; want served %v", tc.allow, from, mr.Status, nullErr, want)
+			} else if !want && !isTooWeak(nullErr) {
+				t.Errorf("%q: NULL from %v: %v, want AUTH_TOOWEAK", tc.allow, from, nullErr)
+			}
+		}
+		stop()
+	}
+}
+
+// dialFrom connects from address from to addr.
+func dialFrom(t *testing.T, from netip.Addr, addr string) *rpc.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from.AsSlice()}}
+	c, err := rpc.NewClient(ctx, rpc.ClientOptions{
+		Dial:    func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) },
+		Timeout: 10 * time.Second, Retrans: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }

@@ -337,9 +337,9 @@ func (fs *FS) Flush(ctx context.Context, c *Cred, fh uint64) error {
 	if err != nil {
 		return err
 	}
-	// A caller that gives up (a signal interrupting close or fsync) must
-	// not take the data with it: an abandoned WRITE would drop it.
-	if err := fs.wb.flush(context.WithoutCancel(ctx), of.node, nfs3.FileSync); err != nil {
+	// A caller let go (killed) does not take the data with it: see await.
+	flush := func(ctx context.Context) error { return fs.wb.flush(ctx, of.node, nfs3.FileSync) }
+	if err := fs.await(ctx, flush); err != nil {
 		of.takeErr() // reported now: not again at the next close
 		return err
 	}
@@ -352,7 +352,8 @@ func (fs *FS) Fsync(ctx context.Context, c *Cred, fh uint64) error {
 }
 
 // Release closes a file handle. At the last close of a file that was
-// unlinked while open, the hidden name is removed.
+// unlinked while open, the hidden name is removed. It returns when that is
+// done or when ctx ends; the rest then goes on under the mount's lifetime.
 func (fs *FS) Release(ctx context.Context, fh uint64) {
 	fs.openMu.Lock()
 	of := fs.files[fh]
@@ -361,9 +362,17 @@ func (fs *FS) Release(ctx context.Context, fh uint64) {
 	if of == nil {
 		return
 	}
+	fs.await(ctx, func(ctx context.Context) error {
+		fs.release(ctx, of)
+		return nil
+	})
+}
+
+func (fs *FS) release(ctx context.Context, of *openFile) {
 	n := of.node
 	// Writes through a shared mapping can arrive after the last flush.
-	if err := fs.wb.flush(context.WithoutCancel(ctx), n, nfs3.FileSync); err != nil {
+	if err := fs.wb.flush(ctx, n, nfs3.FileSync); err != nil && ctx.Err() == nil {
+		// (Ended with the mount: Close reports what is left.)
 		fs.logf("hushfs: write-back at close of node %d: %v", n.id, err)
 	}
 	if fs.nodes.close(n) > 0 {

@@ -68,6 +68,11 @@ type FS struct {
 
 	wb *writeback
 
+	// life ends at unmount (Close): write-back detached from the callers
+	// that started it runs under it (see await).
+	life    context.Context
+	endLife context.CancelFunc
+
 	inflight flights  // shared GETATTR, LOOKUP and ACCESS calls
 	notify   Notifier // tells the kernel what it must forget
 }
@@ -157,6 +162,7 @@ func Mount(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 	fs.pathconf(ctx, &self)
+	fs.life, fs.endLife = context.WithCancel(context.Background())
 	fs.wb = newWriteback(fs)
 	return fs, nil
 }
@@ -254,15 +260,6 @@ func (fs *FS) fsinfo(ctx context.Context, self *Cred) error {
 		}
 	}
 	return nil
-}
-
-// Close unmounts: it flushes dirty data, tells the MOUNT service (best
-// effort) and closes the connection.
-func (fs *FS) Close(ctx context.Context) error {
-	err := fs.wb.flushAll(ctx)
-	fs.wb.close()
-	fs.nfs.Close()
-	return err
 }
 
 // RootFH returns the export's root handle.

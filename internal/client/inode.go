@@ -228,6 +228,17 @@ func (t *inodeTable) staleFH(fh nfs3.FH) bool {
 	return n != nil && n.stale
 }
 
+// all returns every node in the table.
+func (t *inodeTable) all() []*inode {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*inode, 0, len(t.byID))
+	for _, n := range t.byID {
+		out = append(out, n)
+	}
+	return out
+}
+
 // count returns the number of nodes in the table (for tests and stats).
 func (t *inodeTable) count() int {
 	t.mu.Lock()

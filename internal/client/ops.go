@@ -231,8 +231,9 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 		return fs.localAttr(n, &a), left, nil
 	}
 	if in.SetSize || in.Atime.How != TimeOmit || in.Mtime.How != TimeOmit {
-		// Never abandoned half-way (see Flush): the data would be lost.
-		if err := fs.wb.flush(context.WithoutCancel(ctx), n, nfs3.Unstable); err != nil {
+		// Never abandoned half-way (see await): the data would be lost.
+		flush := func(ctx context.Context) error { return fs.wb.flush(ctx, n, nfs3.Unstable) }
+		if err := fs.await(ctx, flush); err != nil {
 			return Attr{}, 0, err
 		}
 	}

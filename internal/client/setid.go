@@ -51,8 +51,8 @@ func (fs *FS) ClearSetIDAfterWrite(ctx context.Context, c *Cred, fh uint64) erro
 	if !clearsSetID(&a, c) {
 		return nil
 	}
-	// Never abandoned half-way (see Flush): the data would be lost.
-	if err := fs.wb.flush(context.WithoutCancel(ctx), n, nfs3.Unstable); err != nil {
+	// Never abandoned half-way (see await): the data would be lost.
+	if err := fs.await(ctx, func(ctx context.Context) error { return fs.wb.flush(ctx, n, nfs3.Unstable) }); err != nil {
 		return err
 	}
 	return of.takeErr()

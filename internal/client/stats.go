@@ -123,6 +123,9 @@ func (s *Stats) observe(c *rpc.CallStats) {
 
 // Snapshot is a copy of the counters at one moment.
 type Snapshot struct {
+	// Version is the mount daemon's build (filled in by whoever serves the
+	// snapshot; internal/version).
+	Version string                       `json:"version,omitempty"`
 	Since   time.Time                    `json:"since"`
 	Ops     map[string]OpStats           `json:"ops"`     // NFS procedures by name; MOUNT:/PORTMAP: prefixed
 	Origins map[string]map[string]uint64 `json:"origins"` // kernel operation → NFS procedure → calls

@@ -125,7 +125,7 @@ func (w *writeback) ageLoop() {
 		case <-w.stop:
 			return
 		case <-tick.C:
-			w.flushAged(context.Background())
+			w.flushAged(w.fs.life)
 		}
 	}
 }
@@ -232,24 +232,23 @@ func (w *writeback) write(ctx context.Context, of *openFile, c *Cred, off uint64
 	st.dirty = st.dirty.insert(off, p)
 	n.changes.Add(1) // after the data is pending: see pendingIn
 	grown := int64(st.dirty.bytes()) - int64(before)
-	// Write-back started for this writer is never abandoned if the writer
-	// gives up (a signal): an abandoned WRITE would drop the data.
-	ctx = context.WithoutCancel(ctx)
 	// Stream out full wsize chunks once two are dirty back to back, so a
 	// large sequential write is pipelined while the last chunk stays behind
 	// for close (where a file that fits in one WRITE goes out FILE_SYNC).
 	start := 0
 	if stable == nfs3.Unstable {
 		for _, c := range st.takeStreamLocked(uint64(w.fs.wsize)) {
-			st.queue = append(st.queue, queuedChunk{ctx, c})
+			st.queue = append(st.queue, queuedChunk{w.fs.detach(ctx), c})
 		}
 		start = min(len(st.queue), rpcWindow-st.streams)
 		st.streams += start
 	}
 	st.mu.Unlock()
 	w.account(grown)
+	// Write-back started for this writer is never abandoned if the writer
+	// gives up: an abandoned WRITE would drop the data (see await).
 	if stable != nfs3.Unstable {
-		return w.flush(ctx, n, stable)
+		return w.fs.await(ctx, func(ctx context.Context) error { return w.flush(ctx, n, stable) })
 	}
 	for range start {
 		go w.stream(n, st)
@@ -320,7 +319,7 @@ func (w *writeback) throttle(ctx context.Context, n *inode) error {
 	if !over {
 		return nil
 	}
-	return w.flush(ctx, n, nfs3.FileSync)
+	return w.fs.await(ctx, func(ctx context.Context) error { return w.flush(ctx, n, nfs3.FileSync) })
 }
 
 // send writes chunks (already moved to st.inflight and counted in
@@ -447,6 +446,10 @@ func (w *writeback) flushFile(ctx context.Context, n *inode, stable nfs3.StableH
 		st.mu.Lock()
 		for st.sending > 0 {
 			st.cond.Wait()
+		}
+		if err := ctx.Err(); err != nil {
+			st.mu.Unlock()
+			return err // nothing sent: the data stays as it is
 		}
 		w.fillGapsLocked(st, gen)
 		st.dirty.trim()

@@ -1,8 +1,6 @@
 package fusefs
 
 import (
-	"context"
-
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
@@ -63,7 +61,7 @@ func (fs *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Re
 // Write hands data to the core, which copies it (go-fuse reuses the
 // buffer once the call returns).
 func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	rc := fs.request(cancel, &in.InHeader, "write")
+	rc := fs.killable(cancel, &in.InHeader, "write")
 	defer rc.finish()
 	c := fs.creds.cred(&in.InHeader)
 	n, err := fs.core.Write(rc, c, in.Fh, in.Offset, data)
@@ -80,24 +78,28 @@ func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint
 }
 
 // Flush is a close(2) of one descriptor: the core writes back and commits
-// (close-to-open) and reports any write-back error.
+// (close-to-open) and reports any write-back error. A killed caller is let
+// go (see killable).
 func (fs *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
-	rc := fs.request(cancel, &in.InHeader, "flush")
+	rc := fs.killable(cancel, &in.InHeader, "flush")
 	defer rc.finish()
 	return status(fs.core.Flush(rc, fs.creds.cred(&in.InHeader), in.Fh))
 }
 
 // Fsync makes the file's data durable on the server.
 func (fs *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	rc := fs.request(cancel, &in.InHeader, "fsync")
+	rc := fs.killable(cancel, &in.InHeader, "fsync")
 	defer rc.finish()
 	return status(fs.core.Fsync(rc, fs.creds.cred(&in.InHeader), in.Fh))
 }
 
 // Release is the last close of an open file. The kernel expects no answer
-// and nobody can be told of a failure, so it runs to completion: it may
-// have data to write back or an unlinked-while-open file to remove, and
-// go-fuse cancels requests in flight when the connection goes away.
+// and nobody can be told of a failure, so it runs to completion (it may
+// have data to write back or an unlinked-while-open file to remove) unless
+// the connection ends first: the core then finishes it in the background
+// and reports at unmount what it could not write.
 func (fs *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
-	fs.core.Release(context.Background(), in.Fh)
+	rc := fs.lifetime(cancel, "release")
+	defer rc.finish()
+	fs.core.Release(rc, in.Fh)
 }

@@ -26,6 +26,8 @@ type Options struct {
 	ProcDir string
 	// Logf receives diagnostics; nil discards them.
 	Logf func(format string, args ...any)
+	// Version names the daemon's build in the statistics.
+	Version string
 }
 
 // FS implements fuse.RawFileSystem on top of a client core. Operations it
@@ -38,9 +40,12 @@ type FS struct {
 	logf    func(string, ...any)
 	blksize uint32 // st_blksize reported for every file
 	owner   uint32 // the mounting user: may reset the statistics, with root
+	version string
 	// signalled reports whether a calling thread has a signal pending
-	// that interrupts its request (see reqCtx).
+	// that interrupts its request (see reqCtx); killed whether it is
+	// being killed (see killable).
 	signalled func(tid uint32) bool
+	killed    func(tid uint32) bool
 
 	notifier *notifier // set by Init
 }
@@ -70,7 +75,9 @@ func New(core *client.FS, opts Options) *FS {
 		logf:          opts.Logf,
 		blksize:       blksize,
 		owner:         uint32(os.Geteuid()),
+		version:       opts.Version,
 		signalled:     func(tid uint32) bool { return callerSignalled(opts.ProcDir, tid) },
+		killed:        func(tid uint32) bool { return callerKilled(opts.ProcDir, tid) },
 	}
 }
 
@@ -122,6 +129,25 @@ type reqCtx struct {
 // request returns the context of a request for operation op.
 func (fs *FS) request(cancel <-chan struct{}, h *fuse.InHeader, op string) *reqCtx {
 	return &reqCtx{op: op, cancel: cancel, tid: h.Caller.Pid, signalled: fs.signalled}
+}
+
+// killable returns the context of a request that waits for write-back
+// (close, fsync, a synchronous write): it lets its caller go only when the
+// caller is being killed, as the Linux NFS client's killable waits do. A
+// caught signal must not fail a close whose data is still being written
+// (the descriptor is gone either way, and the error with it); a killed
+// process must not be held in D state by a server that does not answer
+// (the kernel waits out a FLUSH even for SIGKILL once it is ours, but it
+// does send INTERRUPT). The write-back itself goes on (client.FS.await).
+func (fs *FS) killable(cancel <-chan struct{}, h *fuse.InHeader, op string) *reqCtx {
+	return &reqCtx{op: op, cancel: cancel, tid: h.Caller.Pid, signalled: fs.killed}
+}
+
+// lifetime returns the context of a request the kernel never interrupts
+// (RELEASE, sent in the background): go-fuse cancels it only when the
+// connection ends, and then it ends.
+func (fs *FS) lifetime(cancel <-chan struct{}, op string) *reqCtx {
+	return &reqCtx{op: op, cancel: cancel, signalled: func(uint32) bool { return true }}
 }
 
 func (c *reqCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -192,6 +218,16 @@ func callerSignalled(procDir string, tid uint32) bool {
 		return os.IsNotExist(err) || errors.Is(err, syscall.ESRCH) // gone already
 	}
 	return m.interrupts()
+}
+
+// callerKilled reports whether thread tid is being killed (SIGKILL
+// pending, as for any fatal signal) or is gone.
+func callerKilled(procDir string, tid uint32) bool {
+	m, err := readSigMasks(procDir, tid)
+	if err != nil {
+		return os.IsNotExist(err) || errors.Is(err, syscall.ESRCH)
+	}
+	return m.pending&sigKillBit != 0
 }
 
 // sigMasks are a thread's signal masks from /proc/TID/status: bit n-1

@@ -116,6 +116,13 @@ func TestCallerSignalled(t *testing.T) {
 	if !callerSignalled(dir, 999) {
 		t.Error("a thread that is gone should count as signalled")
 	}
+	// Waits for write-back let go only of a caller being killed (tests 1,
+	// 2 and 6: nothing, SIGKILL, SIGINT pending) or gone.
+	for id, want := range map[uint32]bool{1: false, 2: true, 6: false, 999: true} {
+		if got := callerKilled(dir, id); got != want {
+			t.Errorf("callerKilled(%d) = %v, want %v", id, got, want)
+		}
+	}
 }
 
 // TestSigMasksReal reads the masks of a real thread that blocks SIGUSR1

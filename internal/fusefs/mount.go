@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -189,10 +190,22 @@ func (w logWriter) Write(p []byte) (int, error) {
 // Mounted is a live mount being served.
 type Mounted struct {
 	Mountpoint string
-	srv        *fuse.Server
-	done       chan struct{}
-	logf       func(string, ...any)
+	// Major, Minor: the mount's device, its FUSE connection's, which is
+	// not given to another mount while the connection lives; with the
+	// mount's never reused ID (kernels from 6.8) they tell this mount from
+	// another one made at the same path later.
+	Major, Minor uint32
+	uniqueID     uint64 // 0: the kernel has none
+	srv          *fuse.Server
+	done         chan struct{}
+	logf         func(string, ...any)
 }
+
+// ErrNotOurs says that what is mounted at a mount point (if anything) is
+// not the mount being served: it was unmounted in this mount namespace
+// (another one may hold a copy that keeps the connection alive) and maybe
+// replaced by another mount since.
+var ErrNotOurs = errors.New("not this daemon's mount")
 
 // Mount mounts fs at mountpoint (an absolute path) and serves it in the
 // background. It returns once the kernel answers requests on the mount.
@@ -218,11 +231,30 @@ func Mount(fs *FS, mountpoint string, cfg MountConfig) (*Mounted, error) {
 		srv.Serve()
 		close(m.done)
 	}()
-	if err := srv.WaitMount(); err != nil {
-		m.Unmount(true)
+	fail := func(err error) (*Mounted, error) {
+		if mi, ferr := FindMount("/proc/self/mountinfo", mountpoint); ferr == nil && mi.FSType == FSType {
+			Unmount(mountpoint, true)
+		}
 		return nil, fmt.Errorf("mounting FUSE at %s: %w", mountpoint, err)
 	}
-	if err := SetReadAhead(mountpoint, ReadAhead); err != nil {
+	if err := srv.WaitMount(); err != nil {
+		return fail(err)
+	}
+	// Just mounted, and nobody can have mounted over it without asking
+	// for it (a lookup of the mount point): the topmost mount is ours.
+	mi, err := FindMount("/proc/self/mountinfo", mountpoint)
+	if err != nil {
+		return fail(err)
+	}
+	if mi.FSType != FSType {
+		return fail(fmt.Errorf("the mount table shows %s there, not %s", mi.FSType, FSType))
+	}
+	id, err := statMount(unix.AT_FDCWD, mountpoint)
+	if err != nil {
+		return fail(err)
+	}
+	m.Major, m.Minor, m.uniqueID = id.major, id.minor, id.unique
+	if err := setReadAhead(mi, ReadAhead); err != nil {
 		logf("hushfs: read-ahead stays at the kernel default: %v", err)
 	}
 	return m, nil
@@ -232,18 +264,123 @@ func Mount(fs *FS, mountpoint string, cfg MountConfig) (*Mounted, error) {
 // request has been answered.
 func (m *Mounted) Done() <-chan struct{} { return m.done }
 
-// Unmount unmounts. Without lazy it fails while files are open; with lazy
-// the mount is detached at once and goes away at its last use, and Done
-// may stay open until then.
+// Unmount unmounts this mount, and only this one: it checks that the
+// topmost mount at the mount point is still its own (by device) and
+// returns an error wrapping ErrNotOurs, touching nothing, if it is not.
+// Without lazy it fails while files are open (after a few tries: the kernel
+// may still be closing some); with lazy the mount is detached at once and
+// goes away at its last use, and Done may stay open until then. It does
+// not wait for the requests being served to end.
 func (m *Mounted) Unmount(lazy bool) error {
-	if !lazy {
-		return m.srv.Unmount()
+	if lazy {
+		return m.detach()
 	}
-	return Unmount(m.Mountpoint, true)
+	var err error
+	for try, delay := 0, 5*time.Millisecond; try < 5; try, delay = try+1, 2*delay+5*time.Millisecond {
+		if err = m.check(); err != nil {
+			return err
+		}
+		// The path is looked up again by umount2: a mount made there
+		// between the check and now would be the one unmounted. A lookup
+		// of our own to pin the mount would make it busy; only the lazy
+		// detach, which ignores that, can hold it (detach).
+		if err = Unmount(m.Mountpoint, false); err == nil || !errors.Is(err, syscall.EBUSY) {
+			return err
+		}
+		time.Sleep(delay)
+	}
+	return err
 }
 
-// Unmount unmounts a hushfs mount: umount2(2) as root (MNT_DETACH when
-// lazy), fusermount3 -u (-z) otherwise.
+// mountID identifies a mount (see Mounted).
+type mountID struct {
+	major, minor uint32
+	unique       uint64
+}
+
+// statMount returns the identity of the topmost mount at path (relative
+// to dirfd; "" for dirfd itself) from what the kernel has, never asking
+// the file system, whose server may be gone.
+func statMount(dirfd int, path string) (mountID, error) {
+	flags := unix.AT_STATX_DONT_SYNC | unix.AT_SYMLINK_NOFOLLOW
+	if path == "" {
+		flags |= unix.AT_EMPTY_PATH
+	}
+	var st unix.Statx_t
+	if err := unix.Statx(dirfd, path, flags, unix.STATX_MNT_ID_UNIQUE, &st); err != nil {
+		return mountID{}, &os.PathError{Op: "statx", Path: path, Err: err}
+	}
+	id := mountID{major: st.Dev_major, minor: st.Dev_minor}
+	if st.Mask&unix.STATX_MNT_ID_UNIQUE != 0 {
+		id.unique = st.Mnt_id
+	}
+	return id, nil
+}
+
+// owns returns nil if id is this mount's, else an error wrapping
+// ErrNotOurs.
+func (m *Mounted) owns(id mountID) error {
+	select {
+	case <-m.done:
+		// The connection is gone: its device may be another's by now.
+		return fmt.Errorf("%s: this mount's connection has ended: %w", m.Mountpoint, ErrNotOurs)
+	default:
+	}
+	if id.major == m.Major && id.minor == m.Minor && (m.uniqueID == 0 || id.unique == m.uniqueID) {
+		return nil
+	}
+	what := fmt.Sprintf("device %d:%d", id.major, id.minor)
+	if mi, err := FindMount("/proc/self/mountinfo", m.Mountpoint); errors.Is(err, ErrNotMounted) {
+		return fmt.Errorf("%s: nothing is mounted there any more: %w", m.Mountpoint, ErrNotOurs)
+	} else if err == nil {
+		what = fmt.Sprintf("%s from %s, device %d:%d", mi.FSType, mi.Source, id.major, id.minor)
+	}
+	return fmt.Errorf("%s: the mount there is another one (%s; this one is %d:%d): %w",
+		m.Mountpoint, what, m.Major, m.Minor, ErrNotOurs)
+}
+
+// check returns nil if the topmost mount at the mount point is this one.
+func (m *Mounted) check() error {
+	id, err := statMount(unix.AT_FDCWD, m.Mountpoint)
+	if err != nil {
+		return err
+	}
+	return m.owns(id)
+}
+
+// detach lazily unmounts this mount. As root it holds the mount it checked
+// (an O_PATH descriptor of the mount point) and detaches exactly that one
+// through the descriptor, so a mount made at the path meanwhile is never
+// touched; fusermount3 takes a path, so that is checked just before.
+func (m *Mounted) detach() error {
+	if os.Geteuid() != 0 {
+		if err := m.check(); err != nil {
+			return err
+		}
+		return Unmount(m.Mountpoint, true)
+	}
+	fd, err := unix.Open(m.Mountpoint, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: m.Mountpoint, Err: err}
+	}
+	defer unix.Close(fd)
+	id, err := statMount(fd, "")
+	if err != nil {
+		return err
+	}
+	if err := m.owns(id); err != nil {
+		return err
+	}
+	// The descriptor is the root of our mount (umount2 refuses anything
+	// else); through /proc it names that mount and no other.
+	if err := unix.Unmount(fmt.Sprintf("/proc/self/fd/%d", fd), unix.MNT_DETACH); err != nil {
+		return &os.PathError{Op: "umount", Path: m.Mountpoint, Err: err}
+	}
+	return nil
+}
+
+// Unmount unmounts whatever hushfs mount is at mountpoint: umount2(2) as
+// root (MNT_DETACH when lazy), fusermount3 -u (-z) otherwise.
 func Unmount(mountpoint string, lazy bool) error {
 	if os.Geteuid() == 0 {
 		flags := 0
@@ -266,19 +403,9 @@ func Unmount(mountpoint string, lazy bool) error {
 	return nil
 }
 
-// SetReadAhead sets the read-ahead window of the FUSE mount at mountpoint
-// (root only: it writes the backing device's sysfs attribute).
-func SetReadAhead(mountpoint string, bytes int) error {
-	mi, err := FindMount("/proc/self/mountinfo", mountpoint)
-	if err != nil {
-		return err
-	}
-	if mi.FSType != FSType {
-		return fmt.Errorf("%s: mounted file system is %s, not %s", mountpoint, mi.FSType, FSType)
-	}
+// setReadAhead sets the read-ahead window of the FUSE mount mi (root only:
+// it writes the backing device's sysfs attribute).
+func setReadAhead(mi MountInfo, bytes int) error {
 	path := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", mi.Major, mi.Minor)
-	if err := os.WriteFile(path, []byte(strconv.Itoa(bytes>>10)), 0); err != nil {
-		return err
-	}
-	return nil
+	return os.WriteFile(path, []byte(strconv.Itoa(bytes>>10)), 0)
 }

@@ -22,7 +22,9 @@ func (fs *FS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, de
 	if h.NodeId != uint64(client.RootID) || attr != StatsXAttr {
 		return 0, fuse.ENODATA
 	}
-	b, err := json.Marshal(fs.core.Stats().Snapshot())
+	snap := fs.core.Stats().Snapshot()
+	snap.Version = fs.version
+	b, err := json.Marshal(snap)
 	if err != nil {
 		fs.logf("hushfs: encoding statistics: %v", err)
 		return 0, fuse.EIO

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"hushfs/internal/nfs3"
+	"hushfs/internal/rpc"
 )
 
 // ProcKey names an RPC procedure.
@@ -42,6 +43,29 @@ func (k ProcKey) String() string {
 	b, _ := k.MarshalText()
 	return string(b)
 }
+
+// Name names the procedure for people: "NFS3 GETATTR", "MOUNT3 MNT",
+// "PORTMAP2 GETPORT", or "prog/vers/proc" for any other program.
+func (k ProcKey) Name() string {
+	var prog, proc string
+	switch {
+	case k.Prog == nfs3.Program && k.Vers == nfs3.Version:
+		prog, proc = "NFS3", nfs3.ProcName(k.Proc)
+	case k.Prog == nfs3.MountProgram && k.Vers == nfs3.MountVersion:
+		prog, proc = "MOUNT3", nfs3.MountProcName(k.Proc)
+	case k.Prog == rpc.PortmapProgram && k.Vers == rpc.PortmapVersion && k.Proc < uint32(len(portmapProcs)):
+		prog, proc = "PORTMAP2", portmapProcs[k.Proc]
+	default:
+		return k.String()
+	}
+	if proc == "UNKNOWN" {
+		return fmt.Sprintf("%s proc %d", prog, k.Proc)
+	}
+	return prog + " " + proc
+}
+
+// portmapProcs names the portmapper's procedures (RFC 1833 §3).
+var portmapProcs = [...]string{"NULL", "SET", "UNSET", "GETPORT", "DUMP", "CALLIT"}
 
 // NFS3 returns the key of NFSv3 procedure proc.
 func NFS3(proc uint32) ProcKey { return ProcKey{nfs3.Program, nfs3.Version, proc} }

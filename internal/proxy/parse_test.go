@@ -158,3 +158,21 @@ func TestCountsJSON(t *testing.T) {
 		t.Errorf("round trip: %+v, %v", back, err)
 	}
 }
+
+func TestProcKeyName(t *testing.T) {
+	for k, want := range map[ProcKey]string{
+		NFS3(nfs3.ProcGetattr): "NFS3 GETATTR",
+		NFS3(nfs3.ProcCommit):  "NFS3 COMMIT",
+		NFS3(99):               "NFS3 proc 99",
+		{100005, 3, 1}:         "MOUNT3 MNT",
+		{100005, 3, 9}:         "MOUNT3 proc 9",
+		{100000, 2, 3}:         "PORTMAP2 GETPORT",
+		{100000, 2, 9}:         "100000/2/9",
+		{100003, 4, 1}:         "100003/4/1",
+		{0x20000001, 1, 0}:     "536870913/1/0",
+	} {
+		if got := k.Name(); got != want {
+			t.Errorf("%v.Name() = %q, want %q", k, got, want)
+		}
+	}
+}

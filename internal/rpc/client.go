@@ -106,6 +106,7 @@ type Client struct {
 	pending map[uint32]*pendingCall
 	conn    *clientConn // nil while reconnecting
 	closed  bool
+	major   chan struct{} // closed at the next major timeout of a hard call
 }
 
 // pendingCall is one call from encoding to reply. Its request bytes are
@@ -156,6 +157,7 @@ func NewClient(ctx context.Context, opts ClientOptions) (*Client, error) {
 		closing:   make(chan struct{}),
 		wake:      make(chan struct{}, 1),
 		pending:   make(map[uint32]*pendingCall),
+		major:     make(chan struct{}),
 	}
 	if c.logf == nil {
 		c.logf = func(string, ...any) {}
@@ -205,6 +207,15 @@ func (c *Client) Close() error {
 	}
 	c.wg.Wait()
 	return nil
+}
+
+// MajorTimeout returns a channel closed at the next major timeout of a
+// hard call: the moment a soft call would have failed. Work that must end
+// in bounded time (write-back at unmount) gives up on it.
+func (c *Client) MajorTimeout() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.major
 }
 
 func (c *Client) now() int64 { return int64(time.Since(c.epoch)) }
@@ -290,7 +301,14 @@ func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueA
 			case !c.opts.Hard:
 				err := fmt.Errorf("%w: prog %d vers %d proc %d xid %#x: no reply after %d transmissions",
 					ErrTimeout, prog, vers, proc, xid, p.tx.Load())
+				// The connection may be what failed (a reply stalled
+				// mid-record blocks every reply behind it): reset it as
+				// a hard call would, or every later call times out too.
+				c.mu.Lock()
+				cc := p.conn
+				c.mu.Unlock()
 				c.abandon(p, prog, vers, proc, start, timeouts, err)
+				c.resetStale(cc)
 				return err
 			default:
 				retries = 0
@@ -298,6 +316,10 @@ func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueA
 					c.logf("rpc: server %s not responding, still trying", c.server)
 				}
 				c.majorTimeout(p)
+				c.mu.Lock()
+				close(c.major)
+				c.major = make(chan struct{})
+				c.mu.Unlock()
 			}
 			timer.Reset(c.timeo(timeouts + 1))
 		case <-ctx.Done():
@@ -349,18 +371,33 @@ func (c *Client) retransmit(p *pendingCall) {
 	c.mu.Unlock()
 }
 
-// majorTimeout resets the connection the call was last sent on, as a
-// connection that has stopped answering may be silently dead; the new one
-// resends every pending call. A connection younger than one timeout is left
-// alone, so that many calls timing out together do not each tear down the
-// replacement the first one caused.
+// majorTimeout resets the connection the call was last sent on (see
+// resetStale); the new one resends every pending call. On a connection left
+// alone the call is sent again.
 func (c *Client) majorTimeout(p *pendingCall) {
 	c.mu.Lock()
-	cc := c.conn
-	stale := cc != nil && p.conn == cc && time.Since(cc.established) >= c.opts.Timeout
-	if c.pending[p.xid] == p && cc != nil && !stale {
+	cc := p.conn
+	if c.pending[p.xid] == p && c.conn != nil && !c.staleLocked(cc) {
 		c.sendLocked(p)
 	}
+	c.mu.Unlock()
+	c.resetStale(cc)
+}
+
+// staleLocked reports whether cc is the current connection and at least
+// one timeout old: one that has stopped answering may be silently dead, or
+// wedged behind a reply that stopped mid-record. A younger one is left
+// alone, so that many calls timing out together do not each tear down the
+// replacement the first one caused.
+func (c *Client) staleLocked(cc *clientConn) bool {
+	return cc != nil && c.conn == cc && time.Since(cc.established) >= c.opts.Timeout
+}
+
+// resetStale fails cc if it is stale; the next call to need a connection
+// makes a new one.
+func (c *Client) resetStale(cc *clientConn) {
+	c.mu.Lock()
+	stale := c.staleLocked(cc)
 	c.mu.Unlock()
 	if stale {
 		cc.fail(errors.New("rpc: major timeout"))

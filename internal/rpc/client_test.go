@@ -225,6 +225,116 @@ func TestClientHardKeepsTrying(t *testing.T) {
 	}
 }
 
+// MajorTimeout's channel closes at a hard call's major timeout (100 +
+// 200 ms here), and a new one is handed out for the next.
+func TestClientMajorTimeoutSignalled(t *testing.T) {
+	bh := newBlackhole(t)
+	c := dialClient(t, bh.addr(), ClientOptions{Timeout: 100 * time.Millisecond, Retrans: 1, Hard: true})
+	major := c.MajorTimeout()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- c.Call(ctx, testProg, 3, procNull, NoAuth, nil, nil) }()
+	select {
+	case <-major:
+		if el := time.Since(start); el < 300*time.Millisecond {
+			t.Errorf("major timeout signalled after %v, want 300ms", el)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no major timeout signalled")
+	}
+	select {
+	case <-c.MajorTimeout():
+		t.Fatal("the next major timeout's channel is already closed")
+	default:
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("hard call: %v, want Canceled", err)
+	}
+}
+
+// stallingConn passes on the first budget bytes written to it and
+// swallows the rest: the peer sees a reply begin and never end, while the
+// connection stays open.
+type stallingConn struct {
+	net.Conn
+	mu     sync.Mutex
+	budget int
+}
+
+func (c *stallingConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	n := min(c.budget, len(b))
+	c.budget -= n
+	c.mu.Unlock()
+	if n > 0 {
+		if _, err := c.Conn.Write(b[:n]); err != nil {
+			return 0, err
+		}
+	}
+	return len(b), nil
+}
+
+// stallFirstListener makes the first connection it accepts a stallingConn.
+type stallFirstListener struct {
+	net.Listener
+	budget int
+	once   sync.Once
+}
+
+func (l *stallFirstListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return c, err
+	}
+	l.once.Do(func() { c = &stallingConn{Conn: c, budget: l.budget} })
+	return c, nil
+}
+
+// A reply stalls mid-record (its mark and 10 bytes arrive, then nothing,
+// the connection open): the soft call times out, and its major timeout
+// resets the connection, so the next calls are answered on a new one
+// instead of timing out behind the stalled record forever.
+func TestClientSoftResetsStalledConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &capturingListener{Listener: &stallFirstListener{Listener: ln, budget: 4 + 10}}
+	s := NewServer(ServerOptions{})
+	s.Register(testProg, 3, &testHandler{})
+	go s.Serve(cl)
+	t.Cleanup(func() { s.Close() })
+
+	var logs logBuffer
+	var stats statsLog
+	c := dialClient(t, ln.Addr().String(), ClientOptions{Timeout: 100 * time.Millisecond, Retrans: 1,
+		Logf: logs.Logf, Observer: stats.observe})
+	ctx := context.Background()
+	var res opaqueRes
+	if err := c.Call(ctx, testProg, 3, procEcho, NoAuth, opaqueArg("stalls"), &res); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("call answered by a stalled record: err = %v, want ErrTimeout", err)
+	}
+	for i := range 3 {
+		msg := fmt.Sprintf("call %d", i)
+		if err := c.Call(ctx, testProg, 3, procEcho, NoAuth, opaqueArg(msg), &res); err != nil {
+			t.Fatalf("%s after the stalled reply: %v\n%s", msg, err, logs.String())
+		}
+		if string(res.b) != msg {
+			t.Fatalf("%s answered %q", msg, res.b)
+		}
+	}
+	if n := len(cl.accepted()); n != 2 {
+		t.Fatalf("%d connections, want the stalled one and its replacement", n)
+	}
+	for _, st := range stats.all()[1:] {
+		if st.Timeouts != 0 || st.Transmissions != 1 {
+			t.Fatalf("a call after the reset: %+v", st)
+		}
+	}
+}
+
 // The server side drops the connection with calls in flight: the client
 // reconnects and resends them, same XIDs, and every call completes.
 func TestClientReconnectResends(t *testing.T) {
@@ -490,19 +600,21 @@ func (w *whoRes) Decode(d *xdr.Decoder) {
 	w.machine = d.String(255)
 }
 
-// A reply arriving after its call gave up is dropped, and the connection
-// goes on serving other calls.
+// A reply arriving after its call gave up (cancelled by its caller) is
+// dropped, and the connection goes on serving other calls.
 func TestClientLateReplyDropped(t *testing.T) {
 	h := &testHandler{gate: make(chan struct{})}
 	_, ln := startServer(t, ServerOptions{}, h)
 	var stats statsLog
-	c := dialClient(t, ln.Addr().String(), ClientOptions{Timeout: 300 * time.Millisecond, Retrans: -1, Observer: stats.observe})
+	c := dialClient(t, ln.Addr().String(), ClientOptions{Timeout: 10 * time.Second, Observer: stats.observe})
 	ctx := context.Background()
-	if err := c.Call(ctx, testProg, 3, procBlock, NoAuth, u32Arg(1), nil); !errors.Is(err, ErrTimeout) {
-		t.Fatalf("err = %v, want ErrTimeout", err)
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := c.Call(short, testProg, 3, procBlock, NoAuth, u32Arg(1), nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want DeadlineExceeded", err)
 	}
-	if st := stats.all(); len(st) != 1 || st[0].Transmissions != 1 || st[0].Timeouts != 1 {
-		t.Fatalf("Retrans -1 means no retransmission: %+v", st)
+	if st := stats.all(); len(st) != 1 || st[0].Transmissions != 1 || st[0].Timeouts != 0 {
+		t.Fatalf("one transmission, no timeout: %+v", st)
 	}
 	close(h.gate)                      // the late reply goes out now
 	time.Sleep(100 * time.Millisecond) // and arrives meanwhile

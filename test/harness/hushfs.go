@@ -134,6 +134,9 @@ func (p *proc) kill(t T) {
 // and for NFS and MOUNT to answer NULL, and kills it by pid at cleanup.
 // extraArgs are passed before DIR.
 //
+// No --allow: every client of a test connects from 127.0.0.1, which the
+// server serves by default.
+//
 // The server runs with --no-root-squash: the tests act as root and expect
 // root's powers in the export (chown, reading any file). A test of
 // squashing passes --root-squash or --all-squash in extraArgs, which come
