@@ -289,9 +289,10 @@ func (fs *FS) cachedPositive(ctx context.Context, c *Cred, dir *inode, name stri
 
 // lookupResult is one LOOKUP's outcome, shared by concurrent callers.
 type lookupResult struct {
-	fh   nfs3.FH
-	attr nfs3.PostOpAttr
-	at   time.Time
+	fh     nfs3.FH
+	attr   nfs3.PostOpAttr
+	at     time.Time
+	dirVer *dirVersion // the directory's version in the reply, if the name cache describes it
 }
 
 // lookupRPC sends LOOKUP (one for all concurrent lookups of the name) and
@@ -352,12 +353,10 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 			return nil, fmt.Errorf("LOOKUP %q: the server answered an empty file handle: %w", name, nfs3.ErrIO)
 		}
 		r := &lookupResult{fh: append(nfs3.FH(nil), res.Obj...), attr: res.ObjAttr, at: at}
-		n := fs.nodes.ref(r.fh)
-		defer fs.nodes.forget(n.id, 1) // held only while recording the name
-		fs.applyAttr(n, &r.attr, at)
 		dir.mu.Lock()
 		if replyCurrent() {
-			fs.setNameLocked(dir, name, n.id, at, true)
+			v := versionOf(&res.DirAttr.Attr)
+			r.dirVer = &v // each caller records the name with the node it holds
 		} else {
 			delete(dir.names, name)
 		}
@@ -389,6 +388,14 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 		n.parent, n.name = dir.id, name
 		n.mu.Unlock()
 	}
+	// The name leads to the node the kernel now holds. (Recorded with a
+	// node made only for the recording, it led to a node gone from the
+	// table by then: the name's next lookup was a LOOKUP again.)
+	dir.mu.Lock()
+	if r.dirVer != nil && dir.namesValidLocked() && dir.nameVer == *r.dirVer {
+		fs.setNameLocked(dir, name, n.id, r.at, true)
+	}
+	dir.mu.Unlock()
 	return fs.entryFor(n, &a, dir), nil, false
 }
 
