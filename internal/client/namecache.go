@@ -208,9 +208,11 @@ func (fs *FS) cachedLookup(ctx context.Context, c *Cred, dir *inode, name string
 	dir.mu.Lock()
 	_, _, fresh := dir.cachedAttrLocked(now)
 	dir.mu.Unlock()
+	walking := fs.visitDir(c, dir, false)
 	if !fresh {
-		// One GETATTR of the directory revalidates all its names.
-		if _, _, err := fs.getattrRPC(ctx, c, dir); err != nil {
+		// One call revalidates all its names: a GETATTR of the directory
+		// or, when a walk is at it, its READDIRPLUS.
+		if err := fs.reviveDir(ctx, c, dir, walking); err != nil {
 			return Entry{}, err, true
 		}
 	}
@@ -383,11 +385,12 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 		fs.nodes.forget(n.id, 1)
 		return Entry{}, err, false
 	}
+	n.mu.Lock()
+	n.parent = dir.id
 	if a.Type == nfs3.TypeDir {
-		n.mu.Lock()
-		n.parent, n.name = dir.id, name
-		n.mu.Unlock()
+		n.name = name
 	}
+	n.mu.Unlock()
 	// The name leads to the node the kernel now holds. (Recorded with a
 	// node made only for the recording, it led to a node gone from the
 	// table by then: the name's next lookup was a LOOKUP again.)
