@@ -257,3 +257,75 @@ func handlerReply(hdr []byte, start int, xid uint32, out []byte, err error) ([]b
 	}
 	return appendAccepted(hdr[:start+4], xid, SystemErr), err
 }
+
+// appendCallHeader appends a call header with a zero XID (filled in once
+// the XID is chosen) and an AUTH_NONE verifier.
+func appendCallHeader(b []byte, prog, vers, proc uint32, cred OpaqueAuth) []byte {
+	b = xdr.AppendUint32(b, 0)
+	b = xdr.AppendUint32(b, MsgCall)
+	b = xdr.AppendUint32(b, RPCVersion)
+	b = xdr.AppendUint32(b, prog)
+	b = xdr.AppendUint32(b, vers)
+	b = xdr.AppendUint32(b, proc)
+	b = cred.Append(b)
+	return NoAuth.Append(b)
+}
+
+// decodeReply interprets a reply record and decodes its results into res.
+// Bytes after the results are tolerated.
+func decodeReply(d *xdr.Decoder, rec []byte, prog, vers, proc uint32, res Unmarshaler) error {
+	d.Reset(rec)
+	d.Uint32() // xid, already matched
+	d.Uint32() // REPLY, already checked
+	malformed := func() error {
+		err := d.Err()
+		if err == nil {
+			err = errors.New("unknown reply status")
+		}
+		return fmt.Errorf("rpc: malformed reply to prog %d vers %d proc %d: %w", prog, vers, proc, err)
+	}
+	switch d.Uint32() {
+	case MsgAccepted:
+		var verf OpaqueAuth
+		verf.Decode(d) // AUTH_NONE or AUTH_SYS: nothing to check
+		stat := AcceptStat(d.Uint32())
+		if d.Err() != nil {
+			return malformed()
+		}
+		switch stat {
+		case Success:
+			if res == nil {
+				return nil
+			}
+			res.Decode(d)
+			if err := d.Err(); err != nil {
+				return fmt.Errorf("rpc: decoding reply to prog %d vers %d proc %d: %w", prog, vers, proc, err)
+			}
+			return nil
+		case ProgMismatch:
+			low, high := d.Uint32(), d.Uint32()
+			if d.Err() != nil {
+				return malformed()
+			}
+			return &AcceptError{Stat: stat, Low: low, High: high}
+		default:
+			return &AcceptError{Stat: stat}
+		}
+	case MsgDenied:
+		switch d.Uint32() {
+		case RPCMismatch:
+			low, high := d.Uint32(), d.Uint32()
+			if d.Err() != nil {
+				return malformed()
+			}
+			return &DeniedError{RejectStat: RPCMismatch, Low: low, High: high}
+		case AuthError:
+			s := AuthStat(d.Uint32())
+			if d.Err() != nil {
+				return malformed()
+			}
+			return &DeniedError{RejectStat: AuthError, Auth: s}
+		}
+	}
+	return malformed()
+}

@@ -43,3 +43,17 @@ func (l *logLimiter) allow(now time.Time) (bool, int) {
 	l.suppressed = 0
 	return true, n
 }
+
+// logf logs through logf unless over the rate, noting how many messages
+// were held back since the last one.
+func (l *logLimiter) logf(logf func(string, ...any), format string, args ...any) {
+	ok, n := l.allow(time.Now())
+	if !ok {
+		return
+	}
+	if n > 0 {
+		format += " (%d similar messages suppressed)"
+		args = append(args, n)
+	}
+	logf(format, args...)
+}

@@ -953,13 +953,5 @@ func (s *Server) handlerExited(j *job) {
 
 // connLogf logs a connection-level message, subject to the rate limit.
 func (s *Server) connLogf(format string, args ...any) {
-	ok, n := s.connLog.allow(time.Now())
-	if !ok {
-		return
-	}
-	if n > 0 {
-		format += " (%d similar messages suppressed)"
-		args = append(args, n)
-	}
-	s.logf(format, args...)
+	s.connLog.logf(s.logf, format, args...)
 }

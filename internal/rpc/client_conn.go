@@ -1,0 +1,237 @@
+package rpc
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// clientConn is one connection with its reader and writer goroutines.
+type clientConn struct {
+	c           *Client
+	nc          net.Conn
+	established time.Time
+	notify      chan struct{} // capacity 1: the queue is not empty
+	dead        chan struct{}
+	once        sync.Once
+	err         error       // why the connection died; set before dead is closed
+	replied     atomic.Bool // at least one reply arrived
+	wbuf        net.Buffers // the writer's; a field so that writev does not allocate it
+
+	qmu     sync.Mutex
+	q       []*pendingCall
+	qclosed bool
+}
+
+// install makes nc the current connection and queues every pending call on
+// it. It returns nil if the client was closed meanwhile.
+func (c *Client) install(nc net.Conn) *clientConn {
+	cc := &clientConn{
+		c:           c,
+		nc:          nc,
+		established: time.Now(),
+		notify:      make(chan struct{}, 1),
+		dead:        make(chan struct{}),
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		nc.Close()
+		return nil
+	}
+	c.conn = cc
+	c.wg.Add(2)
+	for _, p := range c.pending {
+		p.conn = cc
+		cc.enqueue(p)
+	}
+	c.mu.Unlock()
+	go cc.readLoop()
+	go cc.writeLoop()
+	return cc
+}
+
+// maintain re-establishes the connection whenever it breaks, once a call
+// needs it, backing off while attempts keep failing.
+func (c *Client) maintain(cc *clientConn) {
+	defer c.wg.Done()
+	var backoff time.Duration
+	for {
+		select {
+		case <-cc.dead:
+		case <-c.closing:
+			return
+		}
+		select {
+		case <-c.closing:
+			return
+		default:
+		}
+		c.mu.Lock()
+		if c.conn == cc {
+			c.conn = nil
+		}
+		c.mu.Unlock()
+		if cc.replied.Load() {
+			backoff = 0 // it worked for a while: try again at once
+		}
+		c.logf("rpc: connection to %s lost: %v", c.server, cc.err)
+		for cc = nil; cc == nil; {
+			if backoff > 0 {
+				select {
+				case <-time.After(backoff):
+				case <-c.closing:
+					return
+				}
+			}
+			backoff = min(max(2*backoff, 100*time.Millisecond), maxReconnectBackoff)
+			if !c.awaitWork() {
+				return
+			}
+			ctx, cancel := context.WithTimeout(c.ctx, c.opts.Timeout)
+			nc, err := c.opts.Dial(ctx)
+			cancel()
+			if err != nil {
+				if c.ctx.Err() != nil {
+					return
+				}
+				c.logf("rpc: reconnecting to %s: %v", c.server, err)
+				continue
+			}
+			if cc = c.install(nc); cc == nil {
+				return
+			}
+		}
+	}
+}
+
+// awaitWork waits until some call is pending; it reports false when the
+// client is closed.
+func (c *Client) awaitWork() bool {
+	for {
+		c.mu.Lock()
+		n := len(c.pending)
+		c.mu.Unlock()
+		if n > 0 {
+			return true
+		}
+		select {
+		case <-c.wake:
+		case <-c.closing:
+			return false
+		}
+	}
+}
+
+// enqueue queues a transmission of p. It never blocks.
+func (cc *clientConn) enqueue(p *pendingCall) {
+	cc.qmu.Lock()
+	if !cc.qclosed {
+		p.refs.Add(1)
+		cc.q = append(cc.q, p)
+	}
+	cc.qmu.Unlock()
+	select {
+	case cc.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (cc *clientConn) fail(err error) {
+	cc.once.Do(func() {
+		cc.err = err
+		close(cc.dead)
+		cc.nc.Close()
+	})
+}
+
+// writeLoop sends queued requests, gathering whatever is queued into one
+// writev. Callers never wait for it: a connection that stops taking data
+// blocks only this goroutine, until the connection is failed.
+func (cc *clientConn) writeLoop() {
+	c := cc.c
+	defer c.wg.Done()
+	var batch []*pendingCall
+	var bufs net.Buffers
+	for {
+		select {
+		case <-cc.notify:
+		case <-cc.dead:
+			cc.qmu.Lock()
+			cc.qclosed = true
+			rest := cc.q
+			cc.q = nil
+			cc.qmu.Unlock()
+			for _, p := range rest {
+				c.release(p)
+			}
+			return
+		}
+		cc.qmu.Lock()
+		batch, cc.q = cc.q, batch[:0]
+		cc.qmu.Unlock()
+		now := c.now()
+		for _, p := range batch {
+			if p.finished.Load() {
+				continue
+			}
+			p.tx.Add(1)
+			p.firstSent.CompareAndSwap(0, now)
+			p.lastSent.Store(now)
+			bufs = append(bufs, p.req)
+		}
+		var err error
+		if len(bufs) > 0 {
+			cc.wbuf = bufs // WriteTo consumes its receiver
+			_, err = cc.wbuf.WriteTo(cc.nc)
+		}
+		clear(bufs)
+		bufs = bufs[:0]
+		for i, p := range batch {
+			c.release(p)
+			batch[i] = nil
+		}
+		if err != nil {
+			cc.fail(fmt.Errorf("writing requests: %w", err))
+		}
+	}
+}
+
+// readLoop matches replies to pending calls by XID. A reply nobody waits
+// for (its call timed out or was cancelled) is dropped.
+func (cc *clientConn) readLoop() {
+	c := cc.c
+	defer c.wg.Done()
+	br := bufio.NewReaderSize(cc.nc, 64<<10)
+	for {
+		rec, err := readRecord(br, nil, c.maxRecord, c.maxRecord)
+		if err != nil {
+			cc.fail(fmt.Errorf("reading replies: %w", err))
+			return
+		}
+		if len(rec) < 8 || binary.BigEndian.Uint32(rec[4:]) != MsgReply {
+			continue
+		}
+		xid := binary.BigEndian.Uint32(rec)
+		c.mu.Lock()
+		if p := c.pending[xid]; p != nil {
+			delete(c.pending, xid)
+			// Under the lock, so that a caller giving up either finds
+			// the call still pending or finds the reply in the channel.
+			select {
+			case p.reply <- rec:
+			default: // cannot happen: one delivery per registration
+			}
+		}
+		c.mu.Unlock()
+		cc.replied.Store(true)
+		if c.unresponsive.Load() && c.unresponsive.CompareAndSwap(true, false) {
+			c.logf("rpc: server %s OK", c.server)
+		}
+	}
+}
