@@ -53,6 +53,15 @@ type ClientOptions struct {
 	// MaxInFlight is the number of calls on the wire at once, default 128;
 	// more wait (counted as Queue time).
 	MaxInFlight int
+	// MaxBackCalls bounds the calls from the server (see Register) that are
+	// being served or whose replies wait to be sent, default 16. A call
+	// beyond it is answered SYSTEM_ERR without running a handler; at twice
+	// as many (the server sends calls and does not read the answers) the
+	// connection is dropped.
+	MaxBackCalls int
+	// MaxBackRecord bounds a call from the server, default 64 KiB; a longer
+	// one is answered GARBAGE_ARGS.
+	MaxBackRecord int
 	// Observer, if set, is called once per Call when it finishes.
 	Observer func(*CallStats)
 	Logf     func(format string, args ...any)
@@ -64,6 +73,9 @@ var (
 	ErrTimeout = errors.New("rpc: call timed out")
 	// ErrClosed is returned by calls on, or pending at, a closed client.
 	ErrClosed = errors.New("rpc: client closed")
+	// ErrConnLost is returned (wrapped) by calls bound to one connection
+	// (BackChannel.Call) when that connection is gone.
+	ErrConnLost = errors.New("rpc: connection lost")
 )
 
 // maxTimeout caps the per-transmission timeout.
@@ -80,6 +92,11 @@ const maxReconnectBackoff = 5 * time.Second
 //
 // Reply records are allocated per reply and results decoded by Call alias
 // them: they stay valid after Call returns.
+//
+// The server may also call the client on the same connection (NFSv4.1's
+// back channel): calls to programs registered with Register are served,
+// each on a goroutine of its own, and their replies sent between the
+// client's own requests (client_back.go).
 type Client struct {
 	opts      ClientOptions
 	logf      func(format string, args ...any)
@@ -99,6 +116,9 @@ type Client struct {
 	// reply has come since.
 	unresponsive atomic.Bool
 	server       string
+
+	progs   atomic.Pointer[progTable] // programs served to the server
+	connLog logLimiter                // for what a hostile server could flood
 
 	mu      sync.Mutex
 	pending map[uint32]*pendingCall
@@ -146,6 +166,12 @@ func NewClient(ctx context.Context, opts ClientOptions) (*Client, error) {
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = 128
 	}
+	if opts.MaxBackCalls <= 0 {
+		opts.MaxBackCalls = 16
+	}
+	if opts.MaxBackRecord <= 0 {
+		opts.MaxBackRecord = 64 << 10
+	}
 	c := &Client{
 		opts:      opts,
 		logf:      opts.Logf,
@@ -162,6 +188,7 @@ func NewClient(ctx context.Context, opts ClientOptions) (*Client, error) {
 	}
 	c.xid.Store(rand.Uint32())
 	c.calls.New = func() any { return &pendingCall{reply: make(chan []byte, 1)} }
+	c.progs.Store(&progTable{})
 	nc, err := opts.Dial(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("rpc: connecting: %w", err)

@@ -15,6 +15,9 @@ import (
 type clientConn struct {
 	c           *Client
 	nc          net.Conn
+	info        ConnInfo        // for calls from the server
+	ctx         context.Context // cancelled when the connection dies
+	cancel      context.CancelFunc
 	established time.Time
 	notify      chan struct{} // capacity 1: the queue is not empty
 	dead        chan struct{}
@@ -23,8 +26,13 @@ type clientConn struct {
 	replied     atomic.Bool // at least one reply arrived
 	wbuf        net.Buffers // the writer's; a field so that writev does not allocate it
 
+	// backHeld counts the server's calls being served plus the replies
+	// queued for them and not yet written (client_back.go).
+	backHeld atomic.Int32
+
 	qmu     sync.Mutex
 	q       []*pendingCall
+	rq      [][]byte // replies to the server's calls, each a whole record
 	qclosed bool
 }
 
@@ -34,13 +42,16 @@ func (c *Client) install(nc net.Conn) *clientConn {
 	cc := &clientConn{
 		c:           c,
 		nc:          nc,
+		info:        ConnInfo{RemoteAddr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()},
 		established: time.Now(),
 		notify:      make(chan struct{}, 1),
 		dead:        make(chan struct{}),
 	}
+	cc.ctx, cc.cancel = context.WithCancel(c.ctx)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		cc.cancel()
 		nc.Close()
 		return nil
 	}
@@ -110,14 +121,16 @@ func (c *Client) maintain(cc *clientConn) {
 	}
 }
 
-// awaitWork waits until some call is pending; it reports false when the
-// client is closed.
+// awaitWork waits until some call is pending, or, while the client serves
+// calls from the server (Register), returns at once: the server can reach
+// such a client only on a connection the client made. It reports false
+// when the client is closed.
 func (c *Client) awaitWork() bool {
 	for {
 		c.mu.Lock()
 		n := len(c.pending)
 		c.mu.Unlock()
-		if n > 0 {
+		if n > 0 || len(*c.progs.Load()) > 0 {
 			return true
 		}
 		select {
@@ -146,6 +159,7 @@ func (cc *clientConn) fail(err error) {
 	cc.once.Do(func() {
 		cc.err = err
 		close(cc.dead)
+		cc.cancel()
 		cc.nc.Close()
 	})
 }
@@ -157,6 +171,7 @@ func (cc *clientConn) writeLoop() {
 	c := cc.c
 	defer c.wg.Done()
 	var batch []*pendingCall
+	var replies [][]byte
 	var bufs net.Buffers
 	for {
 		select {
@@ -166,6 +181,8 @@ func (cc *clientConn) writeLoop() {
 			cc.qclosed = true
 			rest := cc.q
 			cc.q = nil
+			cc.backHeld.Add(-int32(len(cc.rq)))
+			cc.rq = nil
 			cc.qmu.Unlock()
 			for _, p := range rest {
 				c.release(p)
@@ -174,7 +191,16 @@ func (cc *clientConn) writeLoop() {
 		}
 		cc.qmu.Lock()
 		batch, cc.q = cc.q, batch[:0]
+		replies, cc.rq = cc.rq, replies[:0]
 		cc.qmu.Unlock()
+		if len(replies) > 0 {
+			// Out of backHeld once taken, not once written: the server
+			// may read a reply and send its next call before this
+			// goroutine runs again. What the writer holds is bounded by
+			// what one batch took.
+			cc.backHeld.Add(-int32(len(replies)))
+			bufs = append(bufs, replies...)
+		}
 		now := c.now()
 		for _, p := range batch {
 			if p.finished.Load() {
@@ -196,6 +222,7 @@ func (cc *clientConn) writeLoop() {
 			c.release(p)
 			batch[i] = nil
 		}
+		clear(replies)
 		if err != nil {
 			cc.fail(fmt.Errorf("writing requests: %w", err))
 		}
@@ -203,7 +230,8 @@ func (cc *clientConn) writeLoop() {
 }
 
 // readLoop matches replies to pending calls by XID. A reply nobody waits
-// for (its call timed out or was cancelled) is dropped.
+// for (its call timed out or was cancelled) is dropped. Calls from the
+// server are served (serveCall).
 func (cc *clientConn) readLoop() {
 	c := cc.c
 	defer c.wg.Done()
@@ -214,7 +242,15 @@ func (cc *clientConn) readLoop() {
 			cc.fail(fmt.Errorf("reading replies: %w", err))
 			return
 		}
-		if len(rec) < 8 || binary.BigEndian.Uint32(rec[4:]) != MsgReply {
+		if len(rec) < 8 {
+			continue
+		}
+		switch binary.BigEndian.Uint32(rec[4:]) {
+		case MsgReply:
+		case MsgCall:
+			cc.serveCall(rec)
+			continue
+		default:
 			continue
 		}
 		xid := binary.BigEndian.Uint32(rec)

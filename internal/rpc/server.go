@@ -34,6 +34,13 @@ type ServerOptions struct {
 	// DRC configures the duplicate request cache, used for the procedures
 	// a NonIdempotentHandler declares.
 	DRC DRCOptions
+	// MaxBackCallsPerConn bounds the calls in flight to one connection's
+	// client (ConnInfo.BackChannel), default 16; more wait for a place.
+	MaxBackCallsPerConn int
+	// BackTimeout bounds a BackChannel call, its wait for a place
+	// included, default DefaultBackTimeout; the caller's context may end
+	// it sooner.
+	BackTimeout time.Duration
 	// Observe, if set, is called once for every call run by a handler
 	// (not for retransmissions answered from the cache or calls the RPC
 	// layer rejects), with the time from the call's last byte read to its
@@ -141,6 +148,12 @@ func NewServer(opts ServerOptions) *Server {
 	}
 	if opts.BusyPollers <= 0 {
 		opts.BusyPollers = 1
+	}
+	if opts.MaxBackCallsPerConn <= 0 {
+		opts.MaxBackCallsPerConn = 16
+	}
+	if opts.BackTimeout <= 0 {
+		opts.BackTimeout = DefaultBackTimeout
 	}
 	s := &Server{
 		opts:      opts,
@@ -258,7 +271,7 @@ func (s *Server) idlest() *serverConn {
 	for c := range s.conns {
 		// The reader holds one token while it waits for a record; any
 		// other is a call in flight, and so is one it runs itself.
-		if len(c.slots) > 1 || c.inlineRunning() {
+		if len(c.slots) > 1 || c.inlineRunning() || c.backBusy() {
 			continue
 		}
 		if best == nil || c.lastActive.Load() < best.lastActive.Load() {
@@ -345,7 +358,13 @@ type job struct {
 	inline bool      // run on the connection's reader
 }
 
-type replyBuf struct{ b []byte }
+// replyBuf is a record for a connection's writer: a reply, which holds a
+// slot of its connection, or a call to the client (BackChannel), which
+// does not.
+type replyBuf struct {
+	b        []byte
+	backCall bool
+}
 
 // maxPooledBuf keeps buffers of unusual size (beyond a maximal record) out of
 // the pools.
@@ -370,6 +389,7 @@ func (s *Server) putReply(r *replyBuf) {
 		return
 	}
 	r.b = r.b[:0]
+	r.backCall = false
 	s.replies.Put(r)
 }
 
@@ -395,6 +415,12 @@ type serverConn struct {
 	// replies never blocks a sender: its capacity equals slots', and every
 	// reply in it holds a slot.
 	replies chan *replyBuf
+	// backOut carries calls to the client (BackChannel) to the writer.
+	backOut chan *replyBuf
+	// back is the connection's back channel, made on first use.
+	back atomic.Pointer[BackChannel]
+	// eof is set once the client closed its end (peerClosed).
+	eof atomic.Bool
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -441,9 +467,11 @@ func (s *Server) newConn(nc net.Conn) *serverConn {
 		ip:      clientIP(nc.RemoteAddr()),
 		slots:   make(chan struct{}, s.opts.MaxInFlightPerConn),
 		replies: make(chan *replyBuf, s.opts.MaxInFlightPerConn),
+		backOut: make(chan *replyBuf, s.opts.MaxBackCallsPerConn),
 		done:    make(chan struct{}),
 		br:      bufio.NewReaderSize(nc, 32<<10),
 	}
+	c.info.conn = c
 	c.ctx, c.stop = context.WithCancel(s.ctx)
 	c.lastActive.Store(s.sinceEpoch())
 	c.takeover = time.AfterFunc(time.Hour, c.takeOver)
@@ -601,6 +629,7 @@ func (c *serverConn) readCalls() (handedOver bool) {
 			s.putJob(j)
 			c.replies <- rb
 		case verdictIgnore:
+			c.deliverReply(rec)
 			c.addHeld(-len(rec))
 			s.putJob(j)
 			s.putReply(rb)
@@ -758,7 +787,7 @@ func (c *serverConn) awaitRecord(br *bufio.Reader) error {
 		if !errors.As(err, &ne) || !ne.Timeout() {
 			return err
 		}
-		if len(c.slots) <= 1 { // only this reader's own token
+		if len(c.slots) <= 1 && !c.backBusy() { // only this reader's own token
 			return fmt.Errorf("idle for %v", idle)
 		}
 	}
@@ -766,7 +795,9 @@ func (c *serverConn) awaitRecord(br *bufio.Reader) error {
 
 // drain waits, after the client closed its side cleanly, until every call
 // read so far is answered: taking all the tokens means none is in flight.
+// Calls to the client fail at once: it can no longer answer them.
 func (c *serverConn) drain() {
+	c.peerClosed()
 	for i := 1; i < cap(c.slots); i++ {
 		select {
 		case c.slots <- struct{}{}:
@@ -787,6 +818,8 @@ func (c *serverConn) writeLoop() {
 		select {
 		case rb := <-c.replies:
 			batch = append(batch[:0], rb)
+		case rb := <-c.backOut:
+			batch = append(batch[:0], rb)
 		case <-c.done:
 			return
 		}
@@ -798,6 +831,9 @@ func (c *serverConn) writeLoop() {
 			default:
 				break more
 			}
+		}
+		for len(c.backOut) > 0 {
+			batch = append(batch, <-c.backOut) // (only this goroutine receives)
 		}
 		bufs = bufs[:0]
 		n := 0
@@ -814,8 +850,10 @@ func (c *serverConn) writeLoop() {
 		c.addHeld(-n)
 		c.lastActive.Store(c.s.sinceEpoch())
 		for i, rb := range batch {
+			if !rb.backCall {
+				c.release()
+			}
 			c.s.putReply(rb)
-			c.release()
 			batch[i] = nil
 		}
 		if err != nil {
