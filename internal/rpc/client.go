@@ -53,6 +53,20 @@ type ClientOptions struct {
 	// MaxInFlight is the number of calls on the wire at once, default 128;
 	// more wait (counted as Queue time).
 	MaxInFlight int
+	// NoRetransmit: never send a call again on the connection it was sent
+	// on; a call is resent only on a new connection, after the one it went
+	// out on was lost (NFSv4.1 over TCP, RFC 8881 §2.9.2, §15.1.1). Timeouts
+	// still count towards the major timeout, which resets a stale
+	// connection as without it.
+	NoRetransmit bool
+	// OnReconnect, if set, runs on every connection made after the first,
+	// before any call is sent or resent on it: calls made through conn go
+	// out on it alone, while every other call (pending, resent or new)
+	// waits. An NFSv4.1 client binds the new connection to its session
+	// there (BIND_CONN_TO_SESSION). An error closes the connection; another
+	// is tried after a pause. ctx is cancelled when the connection is lost
+	// or the client closed.
+	OnReconnect func(ctx context.Context, conn *Conn) error
 	// MaxBackCalls bounds the calls from the server (see Register) that are
 	// being served or whose replies wait to be sent, default 16. A call
 	// beyond it is answered SYSTEM_ERR without running a handler; at twice
@@ -74,7 +88,7 @@ var (
 	// ErrClosed is returned by calls on, or pending at, a closed client.
 	ErrClosed = errors.New("rpc: client closed")
 	// ErrConnLost is returned (wrapped) by calls bound to one connection
-	// (BackChannel.Call) when that connection is gone.
+	// (Conn.Call, BackChannel.Call) when that connection is gone.
 	ErrConnLost = errors.New("rpc: connection lost")
 )
 
@@ -123,8 +137,11 @@ type Client struct {
 	mu      sync.Mutex
 	pending map[uint32]*pendingCall
 	conn    *clientConn // nil while reconnecting
-	closed  bool
-	major   chan struct{} // closed at the next major timeout of a hard call
+	// connecting is a new connection whose OnReconnect hook runs; it is
+	// not yet conn.
+	connecting *clientConn
+	closed     bool
+	major      chan struct{} // closed at the next major timeout of a hard call
 }
 
 // pendingCall is one call from encoding to reply. Its request bytes are
@@ -142,8 +159,11 @@ type pendingCall struct {
 	firstSent atomic.Int64 // since Client.epoch; 0 = not yet sent
 	lastSent  atomic.Int64
 	conn      *clientConn // connection last queued on; guarded by Client.mu
-	dec       xdr.Decoder
-	timer     *time.Timer // retransmission timer, reused with the call
+	// pin, if set, is the only connection the call may go out on
+	// (Conn.Call); guarded by Client.mu.
+	pin   *clientConn
+	dec   xdr.Decoder
+	timer *time.Timer // retransmission timer, reused with the call
 }
 
 // NewClient connects to the server with opts.Dial and returns the client.
@@ -195,7 +215,8 @@ func NewClient(ctx context.Context, opts ClientOptions) (*Client, error) {
 	}
 	c.server = nc.RemoteAddr().String()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	cc := c.install(nc)
+	cc := c.newConn(nc)
+	c.install(cc)
 	c.wg.Add(1)
 	go c.maintain(cc)
 	return c, nil
@@ -222,13 +243,16 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	cc := c.conn
-	c.conn = nil
+	cc, nc := c.conn, c.connecting
+	c.conn, c.connecting = nil, nil
 	c.mu.Unlock()
 	close(c.closing)
 	c.cancel()
 	if cc != nil {
 		cc.fail(ErrClosed)
+	}
+	if nc != nil {
+		nc.fail(ErrClosed)
 	}
 	c.wg.Wait()
 	return nil
@@ -261,12 +285,21 @@ func (c *Client) timeo(n int) time.Duration {
 // an error wrapping ErrTimeout after a soft major timeout, ErrClosed when the
 // client is closed, and ctx.Err() when ctx is done first.
 func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueAuth, args Marshaler, res Unmarshaler) error {
+	return c.call(ctx, nil, prog, vers, proc, cred, args, res)
+}
+
+// call is Call, on connection pin alone if it is set. A pinned call takes
+// no in-flight slot: the calls holding them may all be waiting for pin's
+// OnReconnect hook, whose calls these are.
+func (c *Client) call(ctx context.Context, pin *clientConn, prog, vers, proc uint32, cred OpaqueAuth, args Marshaler, res Unmarshaler) error {
 	start := time.Now()
-	if err := c.acquire(ctx); err != nil {
-		c.observe(prog, vers, proc, start, nil, 0, 0, err)
-		return err
+	if pin == nil {
+		if err := c.acquire(ctx); err != nil {
+			c.observe(prog, vers, proc, start, nil, 0, 0, err)
+			return err
+		}
+		defer func() { <-c.sem }()
 	}
-	defer func() { <-c.sem }()
 
 	p := c.calls.Get().(*pendingCall)
 	p.refs.Store(1)
@@ -298,6 +331,13 @@ func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueA
 	}
 	p.xid = xid
 	xdr.PutUint32(p.req, mark+4, xid)
+	if pin != nil && !pin.pinLocked(p) {
+		c.mu.Unlock()
+		c.release(p)
+		err := fmt.Errorf("%w: prog %d vers %d proc %d: %v", ErrConnLost, prog, vers, proc, pin.err)
+		c.observe(prog, vers, proc, start, nil, 0, 0, err)
+		return err
+	}
 	c.pending[xid] = p
 	c.sendLocked(p)
 	c.mu.Unlock()
@@ -313,6 +353,12 @@ func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueA
 	for {
 		select {
 		case rec := <-p.reply:
+			if rec == nil { // pinned, and its connection is gone
+				err := fmt.Errorf("%w: prog %d vers %d proc %d xid %#x: %v", ErrConnLost, prog, vers, proc, xid, pin.err)
+				c.observe(prog, vers, proc, start, p, timeouts, 0, err)
+				c.finish(p)
+				return err
+			}
 			err := decodeReply(&p.dec, rec, prog, vers, proc, res)
 			c.observe(prog, vers, proc, start, p, timeouts, len(rec)+4, err)
 			c.finish(p)
@@ -322,7 +368,16 @@ func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueA
 			switch {
 			case retries < c.opts.Retrans:
 				retries++
-				c.retransmit(p)
+				if !c.opts.NoRetransmit {
+					c.retransmit(p)
+				}
+			case pin != nil:
+				// The hook's call: failing it fails the hook, which
+				// drops the connection and tries another.
+				err := fmt.Errorf("%w: prog %d vers %d proc %d xid %#x: no reply on the new connection",
+					ErrTimeout, prog, vers, proc, xid)
+				c.abandon(p, prog, vers, proc, start, timeouts, err)
+				return err
 			case !c.opts.Hard:
 				err := fmt.Errorf("%w: prog %d vers %d proc %d xid %#x: no reply after %d transmissions",
 					ErrTimeout, prog, vers, proc, xid, p.tx.Load())
@@ -349,6 +404,9 @@ func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueA
 			timer.Reset(c.timeo(timeouts + 1))
 		case <-ctx.Done():
 			err := ctx.Err()
+			if pin != nil && pin.isDead() { // (the hook's context ends with its connection)
+				err = fmt.Errorf("%w: prog %d vers %d proc %d xid %#x: %v", ErrConnLost, prog, vers, proc, xid, pin.err)
+			}
 			c.abandon(p, prog, vers, proc, start, timeouts, err)
 			return err
 		case <-c.closing:
@@ -376,7 +434,13 @@ func (c *Client) acquire(ctx context.Context) error {
 
 // sendLocked queues p on the current connection, or, with none, makes sure
 // one is being established: the new connection sends every pending call.
+// A pinned call goes to its own connection.
 func (c *Client) sendLocked(p *pendingCall) {
+	if p.pin != nil {
+		p.conn = p.pin
+		p.pin.enqueue(p)
+		return
+	}
 	if c.conn != nil {
 		p.conn = c.conn
 		c.conn.enqueue(p)
@@ -398,11 +462,11 @@ func (c *Client) retransmit(p *pendingCall) {
 
 // majorTimeout resets the connection the call was last sent on (see
 // resetStale); the new one resends every pending call. On a connection left
-// alone the call is sent again.
+// alone the call is sent again, unless NoRetransmit.
 func (c *Client) majorTimeout(p *pendingCall) {
 	c.mu.Lock()
 	cc := p.conn
-	if c.pending[p.xid] == p && c.conn != nil && !c.staleLocked(cc) {
+	if !c.opts.NoRetransmit && c.pending[p.xid] == p && c.conn != nil && !c.staleLocked(cc) {
 		c.sendLocked(p)
 	}
 	c.mu.Unlock()
@@ -434,6 +498,9 @@ func (c *Client) abandon(p *pendingCall, prog, vers, proc uint32, start time.Tim
 	c.mu.Lock()
 	if c.pending[p.xid] == p {
 		delete(c.pending, p.xid)
+		if p.pin != nil {
+			delete(p.pin.pinned, p.xid)
+		}
 	}
 	c.mu.Unlock()
 	c.observe(prog, vers, proc, start, p, timeouts, 0, err)
@@ -466,6 +533,7 @@ func (c *Client) release(p *pendingCall) {
 	p.firstSent.Store(0)
 	p.lastSent.Store(0)
 	p.conn = nil
+	p.pin = nil
 	p.dec.Reset(nil)
 	c.calls.Put(p)
 }

@@ -18,13 +18,19 @@ type clientConn struct {
 	info        ConnInfo        // for calls from the server
 	ctx         context.Context // cancelled when the connection dies
 	cancel      context.CancelFunc
-	established time.Time
+	established time.Time     // when it became the current connection; guarded by Client.mu
 	notify      chan struct{} // capacity 1: the queue is not empty
 	dead        chan struct{}
 	once        sync.Once
 	err         error       // why the connection died; set before dead is closed
 	replied     atomic.Bool // at least one reply arrived
 	wbuf        net.Buffers // the writer's; a field so that writev does not allocate it
+
+	// pinned holds the calls bound to this connection (Conn.Call) that
+	// await their replies; pinDead is set once it died. Guarded by
+	// Client.mu.
+	pinned  map[uint32]*pendingCall
+	pinDead bool
 
 	// backHeld counts the server's calls being served plus the replies
 	// queued for them and not yet written (client_back.go).
@@ -36,16 +42,33 @@ type clientConn struct {
 	qclosed bool
 }
 
-// install makes nc the current connection and queues every pending call on
-// it. It returns nil if the client was closed meanwhile.
-func (c *Client) install(nc net.Conn) *clientConn {
+// Conn is one connection of a Client, as handed to
+// ClientOptions.OnReconnect. It may be kept; its calls fail once the
+// connection is gone.
+type Conn struct{ cc *clientConn }
+
+// Call is Client.Call on this connection alone: the call is never resent on
+// another connection, and fails with an error wrapping ErrConnLost when
+// this one is lost. It does not wait for an in-flight slot of the client.
+func (n *Conn) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueAuth, args Marshaler, res Unmarshaler) error {
+	return n.cc.c.call(ctx, n.cc, prog, vers, proc, cred, args, res)
+}
+
+// LocalAddr and RemoteAddr are the connection's addresses.
+func (n *Conn) LocalAddr() net.Addr  { return n.cc.info.LocalAddr }
+func (n *Conn) RemoteAddr() net.Addr { return n.cc.info.RemoteAddr }
+
+// newConn starts the reader and writer of nc. The connection carries no
+// call but those pinned to it (Conn.Call) until install makes it the
+// current one. It returns nil if the client was closed meanwhile.
+func (c *Client) newConn(nc net.Conn) *clientConn {
 	cc := &clientConn{
-		c:           c,
-		nc:          nc,
-		info:        ConnInfo{RemoteAddr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()},
-		established: time.Now(),
-		notify:      make(chan struct{}, 1),
-		dead:        make(chan struct{}),
+		c:      c,
+		nc:     nc,
+		info:   ConnInfo{RemoteAddr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()},
+		notify: make(chan struct{}, 1),
+		dead:   make(chan struct{}),
+		pinned: make(map[uint32]*pendingCall),
 	}
 	cc.ctx, cc.cancel = context.WithCancel(c.ctx)
 	c.mu.Lock()
@@ -55,16 +78,65 @@ func (c *Client) install(nc net.Conn) *clientConn {
 		nc.Close()
 		return nil
 	}
-	c.conn = cc
+	c.connecting = cc
 	c.wg.Add(2)
-	for _, p := range c.pending {
-		p.conn = cc
-		cc.enqueue(p)
-	}
 	c.mu.Unlock()
 	go cc.readLoop()
 	go cc.writeLoop()
 	return cc
+}
+
+// install makes cc the current connection and queues every pending call on
+// it but those pinned to another. It reports false if the client was closed
+// meanwhile.
+func (c *Client) install(cc *clientConn) bool {
+	c.mu.Lock()
+	if c.connecting == cc {
+		c.connecting = nil
+	}
+	if c.closed {
+		c.mu.Unlock()
+		cc.fail(ErrClosed)
+		return false
+	}
+	c.conn = cc
+	cc.established = time.Now()
+	for _, p := range c.pending {
+		if p.pin == nil {
+			p.conn = cc
+			cc.enqueue(p)
+		}
+	}
+	c.mu.Unlock()
+	return true
+}
+
+// pinLocked binds p to cc; it reports false if cc is gone already.
+//
+// LOCKS_REQUIRED: c.mu.
+func (cc *clientConn) pinLocked(p *pendingCall) bool {
+	if cc.pinDead {
+		return false
+	}
+	p.pin = cc
+	cc.pinned[p.xid] = p
+	return true
+}
+
+// failPinned fails the calls pinned to cc, which died: a nil reply tells
+// each caller so. No new one can be pinned.
+func (cc *clientConn) failPinned() {
+	c := cc.c
+	c.mu.Lock()
+	cc.pinDead = true
+	for xid, p := range cc.pinned {
+		if c.pending[xid] == p {
+			delete(c.pending, xid)
+			p.reply <- nil // cannot block: one delivery per registration
+		}
+	}
+	clear(cc.pinned)
+	c.mu.Unlock()
 }
 
 // maintain re-establishes the connection whenever it breaks, once a call
@@ -114,7 +186,23 @@ func (c *Client) maintain(cc *clientConn) {
 				c.logf("rpc: reconnecting to %s: %v", c.server, err)
 				continue
 			}
-			if cc = c.install(nc); cc == nil {
+			if cc = c.newConn(nc); cc == nil {
+				return
+			}
+			if hook := c.opts.OnReconnect; hook != nil {
+				if err := hook(cc.ctx, &Conn{cc}); err != nil {
+					c.logf("rpc: setting up the new connection to %s: %v", c.server, err)
+					cc.fail(fmt.Errorf("setting up the connection: %w", err))
+					c.mu.Lock()
+					if c.connecting == cc {
+						c.connecting = nil
+					}
+					c.mu.Unlock()
+					cc = nil
+					continue
+				}
+			}
+			if !c.install(cc) {
 				return
 			}
 		}
@@ -155,12 +243,25 @@ func (cc *clientConn) enqueue(p *pendingCall) {
 	}
 }
 
+func (cc *clientConn) isDead() bool {
+	select {
+	case <-cc.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// fail closes the connection and fails what is bound to it.
+//
+// LOCKS_EXCLUDED: c.mu.
 func (cc *clientConn) fail(err error) {
 	cc.once.Do(func() {
 		cc.err = err
 		close(cc.dead)
 		cc.cancel()
 		cc.nc.Close()
+		cc.failPinned()
 	})
 }
 
@@ -257,6 +358,9 @@ func (cc *clientConn) readLoop() {
 		c.mu.Lock()
 		if p := c.pending[xid]; p != nil {
 			delete(c.pending, xid)
+			if p.pin != nil {
+				delete(p.pin.pinned, xid)
+			}
 			// Under the lock, so that a caller giving up either finds
 			// the call still pending or finds the reply in the channel.
 			select {
