@@ -496,6 +496,12 @@ func markdown(r *Report) string {
 	if len(r.Asserts) > 0 {
 		b.WriteString("\n## Asserted RPC counts (quick mode)\n\n")
 		b.WriteString(assertTable(r.Asserts))
+		if len(r.LowerBudgets) > 0 {
+			b.WriteString("\nWell under budget (the client improved; lower these budgets):\n\n")
+			for _, l := range r.LowerBudgets {
+				fmt.Fprintf(&b, "- %s\n", esc(l))
+			}
+		}
 	}
 	b.WriteString("\n## Problems\n\n")
 	if len(r.Problems) == 0 {

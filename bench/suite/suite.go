@@ -33,6 +33,9 @@ type Report struct {
 	Phases []*Phase `json:"phases"`
 	// Asserts are quick mode's RPC count assertions.
 	Asserts []Assert `json:"asserts,omitempty"`
+	// LowerBudgets lists the counts quick mode found well under their
+	// budgets: the client improved, the budgets should follow.
+	LowerBudgets []string `json:"lower_budgets,omitempty"`
 	// Problems lists every wrong result, count mismatch, failed assertion
 	// and workload that could not run.
 	Problems []string `json:"problems"`
@@ -406,9 +409,19 @@ func (s *suite) assertQuick() {
 			OK:   noopOK,
 		})
 	}
+	// The everyday workloads, per procedure against their budgets.
+	bas, lower := checkBudgets(phases)
+	as = append(as, bas...)
 	s.mu.Lock()
 	s.report.Asserts = as
+	s.report.LowerBudgets = lower
 	s.mu.Unlock()
+	if lit := budgetLiteral(phases); lit != "" {
+		s.logf("\neveryday counts measured (quickBudgets entries, bench/suite/budgets.go):\n%s", lit)
+	}
+	for _, l := range lower {
+		s.logf("well under budget: %s", l)
+	}
 	for _, a := range as {
 		if !a.OK {
 			s.problem("RPC count regression: %s: want %s, got %s", a.What, a.Want, a.Got)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -309,6 +310,65 @@ func TestExpireWait(t *testing.T) {
 	}
 	if _, err := expireWait("acregmax=x"); err == nil {
 		t.Error("a malformed option gave no error")
+	}
+}
+
+// Budgets fail a count over budget and slack, name a count well under its
+// budget, and hold only hushfs serve at RTT 0.
+func TestCheckBudgets(t *testing.T) {
+	phase := func(id, server string, rtt float64, counts map[string]uint64) *Phase {
+		return &Phase{Workload: "git", ID: id, Label: id, Server: server, RTTms: rtt, Status: "ok", Stats: counts}
+	}
+	b := quickBudgets["git-status"]
+	same := maps.Clone(b)
+	over := maps.Clone(b)
+	over["GETATTR"] = b["GETATTR"] + budgetSlack(b["GETATTR"]) + 1
+	slack := maps.Clone(b)
+	slack["GETATTR"] = b["GETATTR"] + budgetSlack(b["GETATTR"])
+	under := maps.Clone(b)
+	under["GETATTR"] = b["GETATTR"] / 2
+	stranger := maps.Clone(b)
+	stranger["READ"] = 3
+	for _, c := range []struct {
+		name         string
+		phases       []*Phase
+		asserts      int
+		fails, lower int
+	}{
+		{"as measured", []*Phase{phase("git-status", "hushfs", 0, same)}, 1, 0, 0},
+		{"within the slack", []*Phase{phase("git-status", "hushfs", 0, slack)}, 1, 0, 0},
+		{"over", []*Phase{phase("git-status", "hushfs", 0, over)}, 1, 1, 0},
+		{"well under", []*Phase{phase("git-status", "hushfs", 0, under)}, 1, 0, 1},
+		{"a procedure without a budget", []*Phase{phase("git-status", "hushfs", 0, stranger)}, 1, 1, 0},
+		{"other server and RTT", []*Phase{phase("git-status", "ganesha", 0, over), phase("git-status", "hushfs", 10, over)}, 0, 0, 0},
+		{"no budget", []*Phase{phase("build2", "hushfs", 0, over)}, 0, 0, 0},
+		{"timed out", []*Phase{{ID: "du-s", Label: "du", Server: "hushfs", Status: "timeout", Check: "timed out"}}, 1, 1, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			as, lower := checkBudgets(c.phases)
+			fails := 0
+			for _, a := range as {
+				if !a.OK {
+					fails++
+				}
+			}
+			if len(as) != c.asserts || fails != c.fails || len(lower) != c.lower {
+				t.Errorf("%d assertions, %d failed, %d to lower; want %d, %d, %d: %+v %q", len(as), fails, len(lower),
+					c.asserts, c.fails, c.lower, as, lower)
+			}
+		})
+	}
+	// Every budget names a phase some workload declares.
+	declared := map[string]bool{}
+	for _, w := range workloads {
+		for _, pn := range w.phases(quickSizes, 0) {
+			declared[pn.id] = true
+		}
+	}
+	for id := range quickBudgets {
+		if !declared[id] {
+			t.Errorf("budget for %q, a phase no workload has", id)
+		}
 	}
 }
 
