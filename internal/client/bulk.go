@@ -64,6 +64,9 @@ type dirBulk struct {
 	visitWalk bool      // and whether it was in a walk
 	walkSeen  uint64    // the walk it was visited in
 	aheadIn   uint64    // the walk it was read ahead for
+	chain     int       // enumerated directories down to this one, each soon after its parent
+	kids      int       // subdirectories enumerated since this one was
+	lastKid   NodeID    // the last of them
 }
 
 // bulkLocked returns dir's bookkeeping, allocating it.
@@ -289,7 +292,7 @@ func (fs *FS) startRefresh(ctx context.Context, c *Cred, dir *inode, ahead uint6
 	}
 	r = &dirRefresh{done: make(chan struct{}), progress: make(chan struct{})}
 	b.refresh = r
-	b.enumAt = fs.now()
+	b.enumAt, b.kids, b.lastKid = fs.now(), 0, 0
 	if ahead != 0 {
 		b.aheadIn = ahead
 	}

@@ -240,7 +240,9 @@ func sweepPaths() []string {
 }
 
 // TestLoneListingReadsNothingAhead: ls -l of one directory (expired) with
-// subdirectories reads none of them: no walk, nothing ahead.
+// subdirectories reads none of them ahead, nor does ls -l of one of its
+// subdirectories right after (as git clone lists the directory it clones
+// into, then stats in .git): no walk.
 func TestLoneListingReadsNothingAhead(t *testing.T) {
 	ts := startServer(t)
 	walkTree(t, ts.dir)
@@ -249,15 +251,23 @@ func TestLoneListingReadsNothingAhead(t *testing.T) {
 	k.du("top")
 	calls(fs)
 
-	clk.advance(2 * time.Minute)
-	names, _ := k.list("top/a1")
-	for _, name := range names {
-		k.stat("top/a1/" + name)
+	lsl := func(path string) {
+		names, _ := k.list(path)
+		for _, name := range names {
+			k.stat(path + "/" + name)
+		}
 	}
+	clk.advance(2 * time.Minute)
+	lsl("top/a1")
 	settle(t, fs)
-	got := calls(fs)
-	if n := total(got); n > 4 {
-		t.Errorf("ls -l top/a1: %d calls %v, want at most 4 (the path, the directory's pass)", n, got)
+	s := fs.Stats().Snapshot()
+	if n := s.Total(); n > 4 || len(s.Origins["readahead"]) > 0 {
+		t.Errorf("ls -l top/a1: %d calls, %v read ahead; want at most 4 (the path, the directory's pass), none ahead", n, s.Origins["readahead"])
+	}
+	lsl("top/a1/b2")
+	settle(t, fs)
+	if s := fs.Stats().Snapshot(); len(s.Origins["readahead"]) > 0 {
+		t.Errorf("ls -l of a subdirectory next: %v read ahead, want none", s.Origins["readahead"])
 	}
 }
 
@@ -376,8 +386,8 @@ func TestBulkRepliesKeepOrder(t *testing.T) {
 	}
 }
 
-// TestWalkReadAheadBounded: a walk that stops after two directories reads
-// at most aheadWindow more ahead of it, of the hundred it could.
+// TestWalkReadAheadBounded: a walk that stops after three directories
+// reads at most aheadWindow more ahead of it, of the hundred it could.
 func TestWalkReadAheadBounded(t *testing.T) {
 	ts := startServer(t)
 	var dirs []string
@@ -393,9 +403,10 @@ func TestWalkReadAheadBounded(t *testing.T) {
 	clk.advance(2 * time.Minute)
 	k.list("top")
 	k.list("top/s000")
+	k.list("top/s001")
 	settle(t, fs)
 	got := calls(fs)
-	if n := got["READDIRPLUS"]; n < 10 || n > 2+aheadWindow+2 {
-		t.Errorf("a walk of 2 directories read %d directories, want some ahead and at most %d: %v", n, 2+aheadWindow+2, got)
+	if n := got["READDIRPLUS"]; n < 10 || n > 3+aheadWindow+3 {
+		t.Errorf("a walk of 3 directories read %d directories, want some ahead and at most %d: %v", n, 3+aheadWindow+3, got)
 	}
 }

@@ -275,11 +275,23 @@ func (fs *FS) startPass(ctx context.Context, c *Cred, d *openDir, plus bool) err
 	now := fs.now()
 	dir.mu.Lock()
 	b := dir.bulkLocked()
-	b.listedAt, b.enumAt = now, now
+	b.listedAt, b.enumAt, b.kids, b.lastKid = now, now, 0, 0
 	dir.mu.Unlock()
 	walking := fs.visitDir(c, dir, true)
 	fromServer := false
 	if fs.cachingNames() {
+		// A pass under way (read ahead, say) brings the listing: wait for
+		// it rather than read the directory twice.
+		dir.mu.Lock()
+		r := dir.bulk.refresh
+		dir.mu.Unlock()
+		if r != nil {
+			select {
+			case <-r.done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		dir.mu.Lock()
 		_, _, fresh := dir.cachedAttrLocked(fs.now())
 		// With the attributes expired, the pass's first reply revalidates

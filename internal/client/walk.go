@@ -14,7 +14,7 @@ import (
 // Tree walks. du, find, git status and grep -r go through a tree one
 // directory after another, and the client sees it: the kernel enumerates a
 // directory (lists it, or asks for its entries' attributes in bulk), then
-// one of its subdirectories. From then on the directories the walk will
+// its subdirectories and theirs. From then on the directories the walk will
 // reach next — the subdirectories of those it enumerates — are read ahead
 // with READDIRPLUS, several at a time, so that when the walk gets there
 // their attributes and listings are fresh and it sends nothing.
@@ -25,10 +25,11 @@ import (
 // directories whose pass is one call and whose entries the kernel holds
 // (nothing to bring up to date otherwise). A walk with no visit for
 // walkIdle is over. A lone listing starts nothing: a walk begins only when
-// a directory is enumerated shortly after its parent was.
+// two subdirectories of a directory, or a subdirectory of a subdirectory,
+// are enumerated shortly after it.
 
 const (
-	walkStart   = 2 * time.Second // a directory enumerated this soon after its parent begins a walk
+	walkStart   = 2 * time.Second // enumerations this soon after their parent's show a walk
 	walkIdle    = 2 * time.Second // a walk with no visit for this long is over
 	visitGap    = time.Second     // lookups in a directory count as one visit per this
 	aheadWindow = 32              // directories read ahead beyond the walk's visits
@@ -54,8 +55,8 @@ type walker struct {
 
 // visitDir records the kernel's interest in dir — a listing pass (enum),
 // a refresh it asked for (enum), a lookup in it, its entries' attributes —
-// and reports whether a walk is at dir. A walk begins when dir is
-// enumerated soon after its parent was.
+// and reports whether a walk is at dir. A walk begins when enumerations
+// go down the tree (below).
 func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 	if !fs.bulkOn() {
 		return false
@@ -71,14 +72,33 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 	b.visitAt = now
 	pid, seen, ahead := dir.parent, b.walkSeen, b.aheadIn
 	dir.mu.Unlock()
+	// A walk shows as enumerations going down the tree: a third level
+	// (parent, child, grandchild), or a second child of one directory,
+	// each within walkStart of its parent's. (One child enumerated after
+	// its parent is often no walk: git clone lists the directory it clones
+	// into, then stats in its .git.)
 	var penum time.Time
+	chain, evidence := 1, false
 	p := fs.nodes.get(pid)
 	if p != nil && p != dir {
 		p.mu.Lock()
-		if p.bulk != nil {
-			penum = p.bulk.enumAt
+		if pb := p.bulk; pb != nil {
+			penum = pb.enumAt
+			if enum && now.Sub(penum) < walkStart {
+				if pb.lastKid != dir.id {
+					pb.kids++
+					pb.lastKid = dir.id
+				}
+				chain = pb.chain + 1
+				evidence = chain >= 3 || pb.kids >= 2
+			}
 		}
 		p.mu.Unlock()
+	}
+	if enum {
+		dir.mu.Lock()
+		b.chain = chain
+		dir.mu.Unlock()
 	}
 
 	w := &fs.walk
@@ -86,7 +106,7 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 	active := w.session != 0 && now.Sub(w.last) < walkIdle
 	in := active && (seen == w.session || ahead == w.session || !penum.IsZero() && !penum.Before(w.start))
 	began := false
-	if !in && enum && !penum.IsZero() && now.Sub(penum) < walkStart {
+	if !in && evidence {
 		if !active {
 			w.session++
 			w.start, w.visits, w.issued = penum, 0, 0
@@ -263,19 +283,42 @@ func (fs *FS) pump() {
 	}
 }
 
-// startAhead reads dir ahead of the walk if that brings anything: not a
-// directory whose entries are fresh already or under way, nor one whose
-// pass takes more than one call (memory: the walk's own demand refreshes
-// those), nor one whose entries the kernel does not hold.
+// startAhead reads dir ahead of the walk if that brings anything: a
+// listing the walk would read itself (none kept, or the directory's
+// attributes expired), or entries' attributes that expired. Not for a
+// directory under way, nor one whose pass takes more than one call
+// (memory: the walk's own demand refreshes those), nor one whose entries
+// the kernel does not hold.
 func (fs *FS) startAhead(dir *inode, c *Cred, session uint64) bool {
 	now := fs.now()
 	dir.mu.Lock()
 	b := dir.bulkLocked()
+	_, _, fresh := dir.cachedAttrLocked(now)
 	want := dir.attrValid && dir.attr.Type == nfs3.TypeDir && b.refresh == nil &&
 		now.Sub(b.failAt) >= bulkDemandWindow && now.Sub(b.freshAt) >= fs.opts.AcRegMin &&
 		dir.knowsEntriesLocked() && fs.passCallsLocked(dir) <= 1
+	stale := !fresh || dir.list == nil || !dir.namesValidLocked()
+	var ids []NodeID
+	if want && !stale {
+		for _, e := range dir.names {
+			if e.node != 0 {
+				ids = append(ids, e.node)
+			}
+		}
+	}
 	dir.mu.Unlock()
-	if !want {
+	for _, id := range ids {
+		if stale {
+			break
+		}
+		if n := fs.nodes.get(id); n != nil {
+			n.mu.Lock()
+			_, _, ok := n.cachedAttrLocked(now)
+			n.mu.Unlock()
+			stale = !ok
+		}
+	}
+	if !want || !stale {
 		return false
 	}
 	_, started := fs.startRefresh(context.WithValue(fs.life, OriginKey{}, "readahead"), c, dir, session)
