@@ -410,3 +410,30 @@ func TestWalkReadAheadBounded(t *testing.T) {
 		t.Errorf("a walk of 3 directories read %d directories, want some ahead and at most %d: %v", n, 3+aheadWindow+3, got)
 	}
 }
+
+// TestBulkConfirmsNames: names kept across a change of their directory
+// that we did not make (another client's, or ours on a server whose wcc
+// data does not prove it: ganesha's) and now too old to trust are
+// confirmed by one READDIRPLUS pass of the directory, not a LOOKUP each
+// (git status on a ganesha clone: 289 LOOKUPs).
+func TestBulkConfirmsNames(t *testing.T) {
+	ts := startServer(t)
+	makeTree(t, ts.dir, []string{"d"}, 30)
+	fs, clk := ts.mountClocked(t, "")
+	k := newKernel(t, fs, clk)
+	for i := 0; i < 30; i++ {
+		k.stat(fmt.Sprintf("d/f%04d", i))
+	}
+	calls(fs)
+
+	// Another client adds a file: the directory's version moves on.
+	if err := os.WriteFile(filepath.Join(ts.dir, "d", "new"), nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(2 * time.Minute)
+	for i := 0; i < 30; i++ {
+		k.stat(fmt.Sprintf("d/f%04d", i))
+	}
+	// The root's and d's own attributes, one LOOKUP before the pass pays.
+	expect(t, "stat of every name after the change", fs, map[string]uint64{"GETATTR": 2, "LOOKUP": 1, "READDIRPLUS": 1})
+}

@@ -216,11 +216,27 @@ func (fs *FS) cachedLookup(ctx context.Context, c *Cred, dir *inode, name string
 			return Entry{}, err, true
 		}
 	}
+	dir.mu.Lock()
+	old := fs.tooOldLocked(dir, dir.names[name], now)
+	dir.mu.Unlock()
+	if old {
+		// Many such names of one directory (a server whose replies do not
+		// prove our changes ours, ganesha's) are confirmed by one
+		// READDIRPLUS pass rather than a LOOKUP each (bulk.go).
+		if r := fs.bulkDemand(ctx, c, dir); r != nil {
+			select {
+			case <-r.done:
+			case <-ctx.Done():
+				return Entry{}, ctx.Err(), true
+			}
+			now = fs.now()
+		}
+	}
 	for fetched := false; ; fetched = true {
 		dir.mu.Lock()
 		d := dir.names[name]
-		if d != nil && d.node != 0 && d.validated.Before(dir.changedAt) && now.Sub(d.validated) >= max(dir.attrTimeo, fs.opts.AcDirMin) {
-			delete(dir.names, name) // kept across a change of the directory, and now too old
+		if fs.tooOldLocked(dir, d, now) {
+			delete(dir.names, name)
 			d = nil
 		}
 		if d == nil && fs.opts.LookupCache == LookupCacheAll && dir.listedAbsentLocked(name) {
@@ -263,6 +279,15 @@ func (fs *FS) cachedLookup(ctx context.Context, c *Cred, dir *inode, name string
 		}
 		now = fs.now()
 	}
+}
+
+// tooOldLocked reports whether d is a positive entry kept across a change
+// of dir we did not make and not confirmed for the directory's attribute
+// lifetime since: it is asked again.
+//
+// LOCKS_REQUIRED(dir.mu)
+func (fs *FS) tooOldLocked(dir *inode, d *dentry, now time.Time) bool {
+	return d != nil && d.node != 0 && d.validated.Before(dir.changedAt) && now.Sub(d.validated) >= max(dir.attrTimeo, fs.opts.AcDirMin)
 }
 
 // cachedPositive returns the entry for a cached positive name.
