@@ -16,17 +16,19 @@ import (
 // budget (and budgetSlack) fails the run; one well under it is printed, so
 // that the budget is lowered as the client improves. Quick mode prints every
 // phase's counts in this form after a run. Measured on 2c8d3f3 (the same
-// on every run).
+// on every run); ls -l, git clone, git status, du -s and configure && make
+// again with bulk revalidation (a READDIRPLUS pass of a directory for its
+// entries' expired attributes, tree walks read ahead).
 var quickBudgets = map[string]map[string]uint64{
 	"ls-l-cached":    {},
-	"ls-l-expired":   {"GETATTR": 2000, "LOOKUP": 1},
+	"ls-l-expired":   {"GETATTR": 1, "READDIRPLUS": 1},
 	"untar":          {"COMMIT": 110, "CREATE": 110, "LOOKUP": 124, "MKDIR": 14, "SETATTR": 482, "WRITE": 110},
-	"git-clone":      {"ACCESS": 15, "COMMIT": 1, "CREATE": 151, "GETATTR": 52, "LINK": 2, "LOOKUP": 296, "MKDIR": 31, "READDIRPLUS": 4, "REMOVE": 9, "RENAME": 15, "SETATTR": 150, "SYMLINK": 1, "WRITE": 148},
+	"git-clone":      {"ACCESS": 15, "COMMIT": 1, "CREATE": 151, "GETATTR": 51, "LINK": 2, "LOOKUP": 289, "MKDIR": 31, "READDIRPLUS": 5, "REMOVE": 9, "RENAME": 15, "SETATTR": 150, "SYMLINK": 1, "WRITE": 148},
 	"grep-r":         {"ACCESS": 136, "FSSTAT": 1, "GETATTR": 136, "LOOKUP": 1, "READ": 139, "READDIRPLUS": 31},
-	"git-status":     {"ACCESS": 1, "CREATE": 1, "GETATTR": 273, "LOOKUP": 9, "READDIRPLUS": 14, "RENAME": 1, "SETATTR": 1, "WRITE": 1},
-	"du-s":           {"FSSTAT": 1, "GETATTR": 155, "LOOKUP": 1, "READDIRPLUS": 1},
+	"git-status":     {"ACCESS": 1, "CREATE": 1, "GETATTR": 138, "LOOKUP": 1, "READDIRPLUS": 28, "RENAME": 1, "SETATTR": 1, "WRITE": 1},
+	"du-s":           {"FSSTAT": 1, "GETATTR": 1, "LOOKUP": 2, "READDIRPLUS": 28},
 	"rm-clone":       {"FSSTAT": 1, "REMOVE": 136, "RMDIR": 31},
-	"configure-make": {"ACCESS": 68, "COMMIT": 1, "CREATE": 62, "GETATTR": 444, "LOOKUP": 38, "MKDIR": 1, "READ": 34, "READDIRPLUS": 2, "REMOVE": 16, "RENAME": 17, "RMDIR": 1, "SETATTR": 29, "SYMLINK": 2, "WRITE": 188},
+	"configure-make": {"ACCESS": 68, "COMMIT": 1, "CREATE": 62, "GETATTR": 441, "LOOKUP": 37, "MKDIR": 1, "READ": 34, "READDIRPLUS": 4, "REMOVE": 16, "RENAME": 17, "RMDIR": 1, "SETATTR": 29, "SYMLINK": 2, "WRITE": 188},
 }
 
 // budgetSlack is how far a count may go over its budget: a phase slowed
