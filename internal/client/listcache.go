@@ -18,6 +18,13 @@ import (
 //     unchanged directory lists it as the pass from the server did;
 //   - a name it does not have does not exist: no LOOKUP to learn that.
 //
+// A directory our own MKDIR made starts with an empty listing of this kind
+// (made): the reply's attributes show the version in which it is empty,
+// and the wcc check carries the listing through our own changes from
+// there. It answers lookups of absent names (untar and checkout ask for
+// every name before creating it) but is never served as a listing: it has
+// no server cookies, nor "." and "..". A pass from the server replaces it.
+//
 // It keeps the server's cookie after each entry, so a stream that read a
 // pass from it can read on from the server after any of its entries.
 
@@ -27,6 +34,7 @@ type dirList struct {
 	verf    nfs3.Verf             // the cookie verifier it was read with
 	end     uint64                // the server's cookie after its last entry
 	nextSeq uint64                // the order of the next name we add
+	made    bool                  // started empty by our MKDIR, not read from the server
 }
 
 // listEntry is one name of a complete listing.
@@ -83,6 +91,17 @@ func (fs *FS) finishPending(dir *inode, p *pendingList, verf nfs3.Verf, end uint
 		l.entries[e.name] = &listEntry{fileid: e.fileid, mode: e.mode, plus: e.plus, seq: uint64(i), cookie: e.cookie}
 	}
 	dir.list = l
+}
+
+// madeEmptyLocked gives dir, which our MKDIR just made and whose attributes
+// are those of the MKDIR's reply, its empty listing.
+//
+// LOCKS_REQUIRED(dir.mu)
+func (fs *FS) madeEmptyLocked(dir *inode) {
+	if !fs.cachingNames() || fs.opts.LookupCache != LookupCacheAll || !dir.namesValidLocked() || dir.list != nil {
+		return
+	}
+	dir.list = &dirList{entries: map[string]*listEntry{}, nextSeq: listSeqOwn, made: true}
 }
 
 // listChangeLocked applies our own change of name in dir to its complete
@@ -163,7 +182,7 @@ type listSnapshot struct {
 // LOCKS_REQUIRED(dir.mu)
 func (fs *FS) listSnapshotLocked(dir *inode, plus bool) (listSnapshot, bool) {
 	l := dir.list
-	if l == nil || !dir.namesValidLocked() {
+	if l == nil || l.made || !dir.namesValidLocked() {
 		return listSnapshot{}, false
 	}
 	names := make([]string, 0, len(l.entries))

@@ -315,6 +315,10 @@ func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string
 	n.mu.Lock()
 	if a.Type == nfs3.TypeDir {
 		n.parent, n.name = dir.id, name
+		// Made just now: empty in the version the reply shows.
+		if res.ObjAttr.Present && versionOf(&res.ObjAttr.Attr) == versionOf(&a) {
+			fs.madeEmptyLocked(n)
+		}
 	}
 	// A new file's data is what we will write: nothing cached to distrust.
 	n.dataValid, n.dataMtime, n.dataSize = true, a.Mtime, a.Size
