@@ -4,9 +4,82 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"hushfs/internal/nfs3"
 )
+
+// TestGuardedCreateRetransmittedWithoutDRC: O_EXCL is one GUARDED CREATE
+// carrying the mode (no SETATTR after it). On a server without a duplicate
+// request cache, a retransmission of it (its reply was lost) runs again and
+// answers EEXIST for the file the first transmission made; the atime
+// verifier shows the file is ours, and the create succeeds.
+func TestGuardedCreateRetransmittedWithoutDRC(t *testing.T) {
+	ts := startServer(t)
+	var creates atomic.Int32
+	// The front has no duplicate request cache: every transmission it
+	// forwards is a new call to the server.
+	front := hostileFront(t, ts.nfsL.Addr().String(), func(proc uint32, args, res []byte) []byte {
+		if proc == nfs3.ProcCreate && creates.Add(1) == 1 {
+			return nil // the reply is lost: the client sends the call again
+		}
+		return res
+	})
+	fs := ts.mountVia(t, front, "timeo=2,retrans=10")
+	ctx := ctxT(t)
+	e, fh, err := fs.Create(ctx, user, RootID, "new", syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL, 0o640)
+	if err != nil {
+		t.Fatalf("O_EXCL create whose retransmission met its own file: %v", err)
+	}
+	if creates.Load() != 2 {
+		t.Fatalf("the server ran the CREATE %d times, want 2", creates.Load())
+	}
+	if e.Attr.Mode&0o7777 != 0o640 || e.Attr.UID != user.UID {
+		t.Errorf("entry: mode %o uid %d", e.Attr.Mode, e.Attr.UID)
+	}
+	if _, err := fs.Write(ctx, user, fh, 0, []byte("mine")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Flush(ctx, user, fh); err != nil {
+		t.Fatal(err)
+	}
+	fs.Release(ctx, fh)
+	s := fs.Stats().Snapshot()
+	if c := s.Ops["CREATE"]; c.Ops != 1 || c.Transmissions != 2 {
+		t.Errorf("CREATE: %d calls, %d transmissions; want 1 and 2", c.Ops, c.Transmissions)
+	}
+	if s.Count("SETATTR") != 0 || s.Count("LOOKUP") != 1 {
+		t.Errorf("SETATTR %d, LOOKUP %d; want none and the one that found the file", s.Count("SETATTR"), s.Count("LOOKUP"))
+	}
+	fi, err := os.Stat(filepath.Join(ts.dir, "new"))
+	if err != nil || fi.Mode().Perm() != 0o640 || fi.Size() != 4 {
+		t.Errorf("on the server: %v %v", fi, err)
+	}
+}
+
+// TestGuardedCreateOfAnothersFile: EEXIST for a file someone else made
+// stands (its atime is not our verifier), and the file is left alone.
+func TestGuardedCreateOfAnothersFile(t *testing.T) {
+	ts := startServer(t)
+	fs := ts.mount(t, "")
+	ctx := ctxT(t)
+	path := filepath.Join(ts.dir, "taken")
+	if err := os.WriteFile(path, nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := fs.Create(ctx, user, RootID, "taken", syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL, 0o600); Errno(err) != syscall.EEXIST {
+		t.Fatalf("O_EXCL create of another's file: %v, want EEXIST", err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("the other's file: %v %v", fi, err)
+	}
+	// The name is known now.
+	if _, err := fs.Lookup(ctx, user, RootID, "taken"); err != nil {
+		t.Errorf("lookup after EEXIST: %v", err)
+	}
+}
 
 // TestMadeDirectoryListing: a directory our MKDIR made answers lookups of
 // absent names without a call, but is listed by the server (with "." and

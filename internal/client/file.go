@@ -133,8 +133,8 @@ func (fs *FS) truncateOnOpen(ctx context.Context, c *Cred, n *inode) (Attr, time
 	return fs.SetAttr(ctx, c, n.id, SetAttrIn{SetSize: true})
 }
 
-// Create creates and opens a regular file. O_EXCL becomes an EXCLUSIVE
-// CREATE, so a retransmitted create cannot fail with EEXIST.
+// Create creates and opens a regular file: one CREATE carrying the mode,
+// GUARDED for O_EXCL.
 func (fs *FS) Create(ctx context.Context, c *Cred, parent NodeID, name string, flags, mode uint32) (Entry, uint64, error) {
 	if err := fs.checkName(name); err != nil {
 		return Entry{}, 0, err
@@ -143,7 +143,7 @@ func (fs *FS) Create(ctx context.Context, c *Cred, parent NodeID, name string, f
 	if err != nil {
 		return Entry{}, 0, err
 	}
-	e, _, err := fs.create(ctx, c, dir, name, mode, flags&syscall.O_EXCL != 0, flags&syscall.O_TRUNC != 0)
+	e, err := fs.create(ctx, c, dir, name, mode, flags&syscall.O_EXCL != 0, flags&syscall.O_TRUNC != 0)
 	if err != nil {
 		return Entry{}, 0, err
 	}

@@ -1,7 +1,12 @@
 package client
 
 import (
+	"bytes"
+	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 
 	"hushfs/internal/nfs3"
@@ -46,5 +51,71 @@ func wantCalls(t *testing.T, what string, got, want map[string]uint64) {
 	t.Helper()
 	if !maps.Equal(got, want) {
 		t.Errorf("%s: calls %v, want %v", what, got, want)
+	}
+}
+
+// TestCheckoutPerFileCalls: git checkout writes a file as lstat (absent),
+// openat(O_WRONLY|O_CREAT|O_EXCL, 0666 less the umask), write, fstat,
+// close, and a directory as lstat, mkdir, then an open of its
+// .gitattributes (absent). In directories it made, that is CREATE and one
+// FILE_SYNC WRITE a file, MKDIR a directory.
+func TestCheckoutPerFileCalls(t *testing.T) {
+	ts := startServer(t)
+	fs := ts.mount(t, "")
+	ctx := ctxT(t)
+	top, err := fs.Mkdir(ctx, root, RootID, "repo", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resetCounts(ts, fs)
+	const dirs, files = 3, 10
+	for d := range dirs {
+		dname := fmt.Sprintf("d%d", d)
+		if _, err := fs.Lookup(ctx, root, top.Node, dname); Errno(err) != syscall.ENOENT {
+			t.Fatalf("lstat %s: %v", dname, err)
+		}
+		dir, err := fs.Mkdir(ctx, root, top.Node, dname, 0o755)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fs.Lookup(ctx, root, dir.Node, ".gitattributes"); Errno(err) != syscall.ENOENT {
+			t.Fatalf(".gitattributes: %v", err)
+		}
+		for i := range files {
+			name := fmt.Sprintf("f%d", i)
+			if _, err := fs.Lookup(ctx, root, dir.Node, name); Errno(err) != syscall.ENOENT {
+				t.Fatalf("lstat %s: %v", name, err)
+			}
+			e, fh, err := fs.Create(ctx, root, dir.Node, name, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := bytes.Repeat([]byte{byte('a' + i)}, 5000+i)
+			if _, err := fs.Write(ctx, root, fh, 0, data); err != nil {
+				t.Fatal(err)
+			}
+			if a, _, err := fs.GetAttr(ctx, root, e.Node); err != nil || a.Size != uint64(len(data)) || a.Mode&0o777 != 0o644 {
+				t.Fatalf("fstat: %v size %d mode %o", err, a.Size, a.Mode)
+			}
+			if err := fs.Flush(ctx, root, fh); err != nil {
+				t.Fatal(err)
+			}
+			fs.Release(ctx, fh)
+			if _, _, err := fs.GetAttr(ctx, root, e.Node); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wantCalls(t, "checkout", wireCalls(t, ts, fs), map[string]uint64{"CREATE": dirs * files, "WRITE": dirs * files, "MKDIR": dirs})
+	if c := ts.proxy.Counts(); c.WriteStable[uint32(nfs3.FileSync)] != dirs*files {
+		t.Errorf("WRITEs by stability %v; want all FILE_SYNC", c.WriteStable)
+	}
+	for d := range dirs {
+		for i := range files {
+			got, err := os.ReadFile(filepath.Join(ts.dir, "repo", fmt.Sprintf("d%d", d), fmt.Sprintf("f%d", i)))
+			if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte('a' + i)}, 5000+i)) {
+				t.Fatalf("d%d/f%d on the server: %d bytes, %v", d, i, len(got), err)
+			}
+		}
 	}
 }
