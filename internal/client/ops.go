@@ -101,13 +101,12 @@ func (fs *FS) noteStale(n *inode, st nfs3.Status) {
 	}
 }
 
-// localAttr converts attributes for the kernel, accounting for data written
-// here and not yet sent: the file is as large as its dirty data reaches.
+// localAttr converts attributes for the kernel, accounting for what was
+// done here and not yet sent: the file is as large as its dirty data
+// reaches, and has the times held for that data.
 func (fs *FS) localAttr(n *inode, a *nfs3.Fattr) Attr {
 	out := attrFromNFS(a)
-	if end := fs.wb.dirtyEnd(n); end > out.Size {
-		out.Size = end
-	}
+	fs.wb.localAttrs(n, &out)
 	return out
 }
 
@@ -215,7 +214,9 @@ func (in *SetAttrIn) sattr() nfs3.Sattr {
 }
 
 // SetAttr changes attributes. Dirty data is written first, so that a size
-// or time set now is not undone by data sent later.
+// or time set now is not undone by data sent later; times alone set by the
+// owner while data is pending are held until it is sent (heldtimes.go),
+// and go out with the next SETATTR.
 func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (Attr, time.Duration, error) {
 	n, err := fs.node(id)
 	if err != nil {
@@ -224,20 +225,36 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	if !in.Atime.fits() || !in.Mtime.fits() {
 		return Attr{}, 0, syscall.EOVERFLOW
 	}
-	if fs.dropNoops(n, &in) {
-		// Nothing would change: answer from the cache, send nothing.
+	if fs.dropNoops(n, &in) || in.timesOnly() && fs.wb.holdTimes(n, c, &in) {
+		// Nothing would change, or nothing yet: answer from the cache
+		// (valid either way, if maybe past its lifetime), send nothing.
 		n.mu.Lock()
-		a, left, _ := n.cachedAttrLocked(fs.now())
+		a, left := n.attr, time.Duration(0)
+		if _, l, ok := n.cachedAttrLocked(fs.now()); ok {
+			left = l
+		}
 		n.mu.Unlock()
 		return fs.localAttr(n, &a), left, nil
 	}
+	held := fs.wb.takeTimes(n)
+	in.mergeHeld(held)
 	if in.SetSize || in.Atime.How != TimeOmit || in.Mtime.How != TimeOmit {
 		// Never abandoned half-way (see await): the data would be lost.
-		flush := func(ctx context.Context) error { return fs.wb.flush(ctx, n, nfs3.Unstable) }
+		flush := func(ctx context.Context) error { return fs.wb.flushOrdered(ctx, n) }
 		if err := fs.await(ctx, flush); err != nil {
+			fs.wb.restoreTimes(n, held)
 			return Attr{}, 0, err
 		}
 	}
+	a, ttl, err := fs.setattrRPC(ctx, c, n, in)
+	if err != nil {
+		fs.wb.restoreTimes(n, held)
+	}
+	return a, ttl, err
+}
+
+// setattrRPC sends one SETATTR and caches its result.
+func (fs *FS) setattrRPC(ctx context.Context, c *Cred, n *inode, in SetAttrIn) (Attr, time.Duration, error) {
 	args := nfs3.SetattrArgs{Obj: n.fh, Attr: in.sattr()}
 	var res nfs3.SetattrRes
 	at := fs.now()
@@ -253,7 +270,7 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 		fs.wb.truncated(n, in.Size)
 	}
 	if !res.Wcc.After.Present {
-		return fs.GetAttr(ctx, c, id)
+		return fs.GetAttr(ctx, c, n.id)
 	}
 	return fs.localAttr(n, &res.Wcc.After.Attr), n.attrLeft(fs.now()), nil
 }

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"hushfs/internal/nfs3"
 )
 
@@ -51,6 +53,81 @@ func wantCalls(t *testing.T, what string, got, want map[string]uint64) {
 	t.Helper()
 	if !maps.Equal(got, want) {
 		t.Errorf("%s: calls %v, want %v", what, got, want)
+	}
+}
+
+// TestUntarPerFileCalls: GNU tar (as root) extracts a file as
+// openat(O_WRONLY|O_CREAT|O_EXCL, 0600), write, utimensat(mtime), fchown
+// to the owner it has, fchmod(0664), close, after the kernel's lookup of
+// the name. In a directory this client made, that is three calls: CREATE
+// (GUARDED, carrying the mode), one FILE_SYNC WRITE, and one SETATTR with
+// the mode and the mtime, which waited for the data. No LOOKUP (the new
+// directory's names are all ours), no COMMIT, no UNSTABLE WRITE.
+func TestUntarPerFileCalls(t *testing.T) {
+	ts := startServer(t)
+	fs := ts.mount(t, "")
+	ctx := ctxT(t)
+	// (The test server squashes root: tar's owner here is a user.)
+	top, err := fs.Mkdir(ctx, user, RootID, "src", 0o700)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resetCounts(ts, fs)
+	mtime := Timespec{Sec: 1672237593}
+	const files = 20
+	for i := range files {
+		name := fmt.Sprintf("f%02d.c", i)
+		if _, err := fs.Lookup(ctx, user, top.Node, name); Errno(err) != syscall.ENOENT {
+			t.Fatalf("lookup of %s before its creation: %v, want ENOENT", name, err)
+		}
+		e, fh, err := fs.Create(ctx, user, top.Node, name, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := bytes.Repeat([]byte{byte('a' + i)}, 3000+i)
+		if _, err := fs.Write(ctx, user, fh, 0, data); err != nil {
+			t.Fatal(err)
+		}
+		a, _, err := fs.SetAttr(ctx, user, e.Node, SetAttrIn{Mtime: SetTime{How: TimeSet, Time: mtime}})
+		if err != nil || a.Mtime != mtime || a.Size != uint64(len(data)) {
+			t.Fatalf("utimensat: %v, mtime %v size %d; want %v, %d", err, a.Mtime, a.Size, mtime, len(data))
+		}
+		if _, _, err := fs.SetAttr(ctx, user, e.Node, SetAttrIn{SetUID: true, UID: user.UID, SetGID: true, GID: user.GID}); err != nil {
+			t.Fatal(err)
+		}
+		if a, _, err = fs.SetAttr(ctx, user, e.Node, SetAttrIn{SetMode: true, Mode: 0o664}); err != nil ||
+			a.Mtime != mtime || a.Mode&0o7777 != 0o664 {
+			t.Fatalf("fchmod: %v, mtime %v mode %o", err, a.Mtime, a.Mode)
+		}
+		if err := fs.Flush(ctx, user, fh); err != nil {
+			t.Fatal(err)
+		}
+		fs.Release(ctx, fh)
+	}
+	// A subdirectory: looked up (absent), made, looked into.
+	if _, err := fs.Lookup(ctx, user, top.Node, "sub"); Errno(err) != syscall.ENOENT {
+		t.Fatalf("lookup of sub: %v", err)
+	}
+	sub, err := fs.Mkdir(ctx, user, top.Node, "sub", 0o700)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Lookup(ctx, user, sub.Node, "x.c"); Errno(err) != syscall.ENOENT {
+		t.Fatalf("lookup in the new subdirectory: %v", err)
+	}
+	wantCalls(t, "untar", wireCalls(t, ts, fs), map[string]uint64{"CREATE": files, "WRITE": files, "SETATTR": files, "MKDIR": 1})
+	if c := ts.proxy.Counts(); c.WriteStable[uint32(nfs3.FileSync)] != files || c.Commits != 0 {
+		t.Errorf("WRITEs by stability %v, COMMITs %d; want %d FILE_SYNC and no COMMIT", c.WriteStable, c.Commits, files)
+	}
+	for i := range files {
+		p := filepath.Join(ts.dir, "src", fmt.Sprintf("f%02d.c", i))
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode&0o7777 != 0o664 || st.Mtim.Sec != mtime.Sec || st.Size != int64(3000+i) {
+			t.Errorf("%s on the server: mode %o mtime %d size %d", p, st.Mode&0o7777, st.Mtim.Sec, st.Size)
+		}
 	}
 }
 
