@@ -95,19 +95,17 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	// answered by the ACCESS cache as long as mode and owner are unchanged.
 	// An open that truncates gets them from its SETATTR's reply instead.
 	trunc := flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY
-	if trunc {
+	if fs.opts.CTO && !trunc {
+		if err := fs.openCheck(ctx, c, n, accessForOpen(flags)); err != nil {
+			return 0, false, err
+		}
+	} else {
 		if _, err := fs.attrOrFetch(ctx, c, n); err != nil {
 			return 0, false, err
 		}
-	} else if fs.opts.CTO {
-		if _, _, err := fs.getattrShared(ctx, c, n, true); err != nil {
+		if err := fs.Access(ctx, c, id, accessForOpen(flags)); err != nil {
 			return 0, false, err
 		}
-	} else if _, err := fs.attrOrFetch(ctx, c, n); err != nil {
-		return 0, false, err
-	}
-	if err := fs.Access(ctx, c, id, accessForOpen(flags)); err != nil {
-		return 0, false, err
 	}
 	if trunc {
 		if _, _, err := fs.truncateOnOpen(ctx, c, n); err != nil {
@@ -124,6 +122,33 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	}
 	n.mu.Unlock()
 	return fs.addOpenFile(n, flags, c).id, keepCache, nil
+}
+
+// openCheck is an open's close-to-open revalidation and permission check.
+// The attributes must come from a call sent after the open began. Where
+// the ACCESS cache cannot answer for the attributes the file has (a fresh
+// mount, another identity, a changed mode), the check needs an ACCESS
+// anyway, and its reply carries the file's attributes: one call answers
+// both. Otherwise a GETATTR, and the cache answers while mode, owner and
+// ctime are unchanged.
+func (fs *FS) openCheck(ctx context.Context, c *Cred, n *inode, mask uint32) error {
+	want := accessWant(n, mask)
+	if _, ok := fs.cachedAccess(c, n, want, false); !ok {
+		granted, gotAttr, err := fs.accessRPC(ctx, c, n, true)
+		if err != nil {
+			return err
+		}
+		if gotAttr {
+			if granted&want != want {
+				return syscall.EACCES
+			}
+			return nil
+		}
+	}
+	if _, _, err := fs.getattrShared(ctx, c, n, true); err != nil {
+		return err
+	}
+	return fs.Access(ctx, c, n.id, mask)
 }
 
 // truncateOnOpen empties a file for open(O_TRUNC): a SETATTR even when the

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -194,5 +195,107 @@ func TestCheckoutPerFileCalls(t *testing.T) {
 				t.Fatalf("d%d/f%d on the server: %d bytes, %v", d, i, len(got), err)
 			}
 		}
+	}
+}
+
+// TestOpenOnFreshMountOneCall: the first open of a file on a fresh mount
+// needs close-to-open attributes and a permission check the cache cannot
+// answer; one ACCESS, whose reply carries the attributes, does both. A
+// later open needs fresh attributes only: one GETATTR.
+func TestOpenOnFreshMountOneCall(t *testing.T) {
+	ts := startServer(t)
+	const files = 10
+	for i := range files {
+		if err := os.WriteFile(filepath.Join(ts.dir, fmt.Sprintf("f%d", i)), []byte("data"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs := ts.mount(t, "")
+	ctx := ctxT(t)
+	var ids []NodeID
+	for i := range files {
+		e, err := fs.Lookup(ctx, root, RootID, fmt.Sprintf("f%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.Node)
+	}
+	openAll := func() {
+		for _, id := range ids {
+			fh, _, err := fs.Open(ctx, root, id, syscall.O_RDONLY)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs.Release(ctx, fh)
+		}
+	}
+	resetCounts(ts, fs)
+	openAll()
+	wantCalls(t, "first opens", wireCalls(t, ts, fs), map[string]uint64{"ACCESS": files})
+	resetCounts(ts, fs)
+	openAll()
+	wantCalls(t, "second opens", wireCalls(t, ts, fs), map[string]uint64{"GETATTR": files})
+
+	// Another identity has no cached answer: ACCESS again, and it is
+	// refused what the mode refuses.
+	if err := os.Chmod(filepath.Join(ts.dir, "f0"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	resetCounts(ts, fs)
+	if _, _, err := fs.Open(ctx, &Cred{UID: 1000, GID: 1000}, ids[0], syscall.O_RDONLY); Errno(err) != syscall.EACCES {
+		t.Fatalf("open of a 0600 root file as uid 1000: %v, want EACCES", err)
+	}
+	wantCalls(t, "open as another user", wireCalls(t, ts, fs), map[string]uint64{"ACCESS": 1})
+}
+
+// TestOpenJoinsNoEarlierAccess: an ACCESS already on its way when the open
+// began (an access(2) that ran before another client's change) must not
+// answer the open's close-to-open check.
+func TestOpenJoinsNoEarlierAccess(t *testing.T) {
+	ts := startServer(t)
+	path := filepath.Join(ts.dir, "f")
+	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs := ts.mount(t, "")
+	ctx := ctxT(t)
+	e, err := fs.Lookup(ctx, root, RootID, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := fmt.Sprintf("a%d/%s", e.Node, credKey(root))
+	started, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	go fs.inflight.do(key, false, func() (any, error) {
+		close(started)
+		<-release
+		return nil, syscall.EIO
+	})
+	<-started
+	if err := os.WriteFile(path, []byte("changed by another client"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() {
+		fh, _, err := fs.Open(ctx, root, e.Node, syscall.O_RDONLY)
+		if err == nil {
+			fs.Release(ctx, fh)
+		}
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the open waited for an ACCESS sent before it began")
+	}
+	a, _, err := fs.GetAttr(ctx, root, e.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Size != uint64(len("changed by another client")) {
+		t.Fatalf("size after open %d: the open did not see the change made before it", a.Size)
 	}
 }
