@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -183,4 +184,37 @@ func TestOthersTimesNotHeld(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(ts.dir, "f")); err != nil || string(got) != "data" {
 		t.Errorf("content %q %v", got, err)
 	}
+}
+
+// TestHeldTimesAge: times held for a file kept open go out with the
+// dirty-age flush, even once its data has gone out by other means.
+func TestHeldTimesAge(t *testing.T) {
+	ts := startServer(t)
+	var mu sync.Mutex
+	now := time.Unix(2_000_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	fs := ts.mountViaWith(t, port(ts.proxy.Addr()), "", clock, nil)
+	ctx := ctxT(t)
+	e, fh := createWritten(t, ts, fs, "f", []byte("data"))
+	mtime := Timespec{Sec: 1_000_000_000}
+	if _, _, err := fs.SetAttr(ctx, user, e.Node, SetAttrIn{Mtime: SetTime{How: TimeSet, Time: mtime}}); err != nil {
+		t.Fatal(err)
+	}
+	// The data goes out UNSTABLE (as for a set-id file's write); the times
+	// stay held.
+	if err := fs.wb.flush(ctx, fs.nodes.get(e.Node), nfs3.Unstable); err != nil {
+		t.Fatal(err)
+	}
+	fs.wb.flushAged(ctx)
+	if st := serverStat(t, ts, "f"); st.Size != 4 || st.Mtim.Sec == mtime.Sec {
+		t.Fatalf("before the times aged: size %d mtime %d", st.Size, st.Mtim.Sec)
+	}
+	mu.Lock()
+	now = now.Add(dirtyExpire)
+	mu.Unlock()
+	fs.wb.flushAged(ctx)
+	if st := serverStat(t, ts, "f"); st.Mtim.Sec != mtime.Sec {
+		t.Errorf("aged held times not on the server: mtime %d", st.Mtim.Sec)
+	}
+	fs.Release(ctx, fh)
 }

@@ -147,8 +147,8 @@ func (w *writeback) flushAged(ctx context.Context) {
 			continue
 		}
 		st.mu.Lock()
-		aged := len(st.dirty) > 0 && now.Sub(st.dirtySince) >= dirtyExpire && !now.Before(st.retryAt) ||
-			st.times != nil && now.Sub(st.times.at) >= dirtyExpire
+		aged := (len(st.dirty) > 0 && now.Sub(st.dirtySince) >= dirtyExpire ||
+			st.times != nil && now.Sub(st.times.at) >= dirtyExpire) && !now.Before(st.retryAt)
 		st.mu.Unlock()
 		if aged {
 			if err := w.flush(ctx, n, nfs3.FileSync); err != nil {
