@@ -130,15 +130,11 @@ func compoundCount(d *xdr.Decoder) (int, bool) {
 }
 
 // decodeOp decodes one operation's arguments or result into v, wrapping a
-// failure in an *OpDecodeError.
+// failure in an *OpDecodeError. (Decoding on a copy of d instead would cost
+// the copy an allocation: it escapes through the interface call.)
 func decodeOp(d *xdr.Decoder, v interface{ Decode(*xdr.Decoder) }, i int, op uint32) {
-	probe := *d
-	v.Decode(&probe)
-	if err := probe.Err(); err != nil {
-		d.SetErr(&OpDecodeError{Index: i, Op: op, Err: err})
-		return
-	}
-	*d = probe
+	v.Decode(d)
+	d.WrapErr(func(err error) error { return &OpDecodeError{Index: i, Op: op, Err: err} })
 }
 
 // CompoundRes is COMPOUND4res. Decode keeps the result values it makes for
