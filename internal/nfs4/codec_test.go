@@ -169,6 +169,36 @@ func TestCompoundResStreaming(t *testing.T) {
 	}
 }
 
+// A READDIR reply streamed with the helpers is the one ReaddirRes encodes,
+// and DirCountSize is the size of an entry's cookie and name.
+func TestReaddirStreaming(t *testing.T) {
+	for _, s := range samples() {
+		r, ok := s.v.(*ReaddirRes)
+		if !ok || r.Status != OK {
+			continue
+		}
+		b := AppendReaddirResHead(nil, r.CookieVerf)
+		if len(b) != 4+ReaddirHeadSize {
+			t.Fatalf("head of %d bytes", len(b))
+		}
+		for i := range r.Entries {
+			e := &r.Entries[i]
+			n := len(b)
+			b = AppendEntry(b, e)
+			if got := len(b) - n - 4 - len(e.Attrs.Append(nil)); got != e.DirCountSize() {
+				t.Fatalf("%s: cookie and name take %d bytes, DirCountSize says %d", s.name, got, e.DirCountSize())
+			}
+		}
+		n := len(b)
+		if b = AppendDirListEnd(b, r.EOF); len(b)-n != DirListEndSize {
+			t.Fatal("DirListEndSize")
+		}
+		if !bytes.Equal(b, r.Append(nil)) {
+			t.Fatalf("%s: streamed reply differs from ReaddirRes.Append", s.name)
+		}
+	}
+}
+
 // rawArgs builds a COMPOUND4args of minor version 1 claiming n operations,
 // followed by the given bytes.
 func rawArgs(n uint32, parts ...[]byte) []byte {

@@ -279,7 +279,12 @@ func AppendDirListEnd(b []byte, eof bool) []byte {
 // AppendReaddirResHead appends a successful READDIR4res up to its first
 // entry: status NFS4_OK and the cookie verifier. Entries (AppendEntry) and
 // the list end (AppendDirListEnd) follow, so a server streams a reply into
-// its buffer without building a slice.
+// its buffer after the operation number without building a slice:
+//
+//	b = xdr.AppendUint32(b, uint32(OpReaddir))
+//	b = AppendReaddirResHead(b, verf)
+//	for each entry e { n := len(b); b = AppendEntry(b, &e); if over maxcount { b = b[:n]; break } }
+//	b = AppendDirListEnd(b, eof)
 func AppendReaddirResHead(b []byte, verf Verifier) []byte {
 	b = appendStatus(b, OK)
 	return append(b, verf[:]...)
