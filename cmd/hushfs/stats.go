@@ -18,13 +18,14 @@ import (
 	"hushfs/internal/fusefs"
 )
 
-const statsUsage = `usage: hushfs stats MOUNTPOINT [--json] [--origins] [--reset]
+const statsUsage = `usage: hushfs stats MOUNTPOINT [--json] [--origins] [--fuse] [--reset]
   --json     print the raw statistics (JSON) instead of the table
   --origins  also show which kernel operations caused the NFS calls
+  --fuse     also show the kernel's requests that reached the mount daemon
   --reset    zero the counters after printing them`
 
 func runStats(args []string) error {
-	asJSON, reset, origins := false, false, false
+	asJSON, reset, origins, requests := false, false, false, false
 	var pos []string
 	for _, arg := range args {
 		switch arg {
@@ -34,6 +35,8 @@ func runStats(args []string) error {
 			reset = true
 		case "--origins", "-origins":
 			origins = true
+		case "--fuse", "-fuse":
+			requests = true
 		case "-h", "--help", "-help":
 			fmt.Fprintln(os.Stderr, statsUsage)
 			return flag.ErrHelp
@@ -68,6 +71,9 @@ func runStats(args []string) error {
 		printStats(os.Stdout, mnt, source, &s, time.Now())
 		if origins {
 			printOrigins(os.Stdout, &s)
+		}
+		if requests {
+			printRequests(os.Stdout, &s)
 		}
 	}
 	if reset {
@@ -170,5 +176,21 @@ func printOrigins(w io.Writer, s *client.Snapshot) {
 			total += s.Origins[o][p]
 		}
 		fmt.Fprintf(w, "  %-10s %6d  %s\n", o, total, strings.Join(parts, ", "))
+	}
+}
+
+// printRequests prints the kernel's requests that reached the daemon, by
+// operation: what the kernel's own caches did not answer.
+func printRequests(w io.Writer, s *client.Snapshot) {
+	ops := make([]string, 0, len(s.FUSE))
+	var total uint64
+	for o, n := range s.FUSE {
+		ops = append(ops, o)
+		total += n
+	}
+	sort.Strings(ops)
+	fmt.Fprintf(w, "FUSE requests served: %d\n", total)
+	for _, o := range ops {
+		fmt.Fprintf(w, "  %-12s %8d\n", o, s.FUSE[o])
 	}
 }

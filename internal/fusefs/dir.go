@@ -71,11 +71,13 @@ func (fs *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.Dir
 
 // ReleaseDir closes a directory stream.
 func (fs *FS) ReleaseDir(in *fuse.ReleaseIn) {
+	fs.requests.add("releasedir")
 	fs.core.ReleaseDir(in.Fh)
 }
 
 // FsyncDir has nothing to do: directory operations are synchronous on the
 // server (NFSv3 has no unstable directory changes).
 func (fs *FS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	fs.requests.add("fsyncdir")
 	return fuse.OK
 }

@@ -19,12 +19,11 @@ const (
 // GetXAttr serves the statistics on the root; every other attribute is
 // absent. NFSv3 has no extended attributes.
 func (fs *FS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
+	fs.requests.add("getxattr")
 	if h.NodeId != uint64(client.RootID) || attr != StatsXAttr {
 		return 0, fuse.ENODATA
 	}
-	snap := fs.core.Stats().Snapshot()
-	snap.Version = fs.version
-	b, err := json.Marshal(snap)
+	b, err := json.Marshal(fs.Stats())
 	if err != nil {
 		fs.logf("hushfs: encoding statistics: %v", err)
 		return 0, fuse.EIO
@@ -41,12 +40,14 @@ func (fs *FS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, de
 // ListXAttr lists nothing: the statistics attribute is not listed, so tools
 // copying attributes (cp -a, rsync -X) never copy it.
 func (fs *FS) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
+	fs.requests.add("listxattr")
 	return 0, fuse.OK
 }
 
 // SetXAttr resets the statistics when the root's StatsXAttr is set to
 // StatsReset by root or the mounting user; nothing else can be set.
 func (fs *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	fs.requests.add("setxattr")
 	if in.NodeId != uint64(client.RootID) || attr != StatsXAttr {
 		return fuse.ENOTSUP
 	}
@@ -56,11 +57,27 @@ func (fs *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string,
 	if in.Uid != 0 && in.Uid != fs.owner {
 		return fuse.EPERM
 	}
-	fs.core.Stats().Reset()
+	fs.ResetStats()
 	return fuse.OK
 }
 
 // RemoveXAttr: there are no attributes to remove.
 func (fs *FS) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string) fuse.Status {
+	fs.requests.add("removexattr")
 	return fuse.ENOTSUP
+}
+
+// Stats returns the mount's statistics: the core's RPC counters, the
+// daemon's version and the kernel's requests by operation.
+func (fs *FS) Stats() client.Snapshot {
+	snap := fs.core.Stats().Snapshot()
+	snap.Version = fs.version
+	snap.FUSE = fs.requests.snapshot()
+	return snap
+}
+
+// ResetStats zeroes the RPC counters and the request counts.
+func (fs *FS) ResetStats() {
+	fs.core.Stats().Reset()
+	fs.requests.reset()
 }
