@@ -57,11 +57,11 @@
 //
 // # Statistics
 //
-// The root directory answers getxattr("user.hushfs.stats") with the core's
-// per-procedure RPC statistics as JSON; setxattr of the same name with the
-// value "reset" zeroes them. Every other extended attribute is absent
-// (ENODATA), not unsupported: an ENOSYS would make the kernel stop asking,
-// and the statistics would become unreachable.
+// The daemon serves the core's per-procedure RPC statistics, and the
+// kernel's requests that reached it by operation, on a Unix socket named by
+// the mount's device in RuntimeDir of the mount's owner (/run/hushfs for
+// root); only root and the owner may connect. `hushfs stats MNT` finds it
+// from the mount table, never touching the mount (control.go).
 //
 // # Mount options
 //

@@ -48,6 +48,9 @@ type env struct {
 	clock *fakeClock
 	stall *stallProxy // non-nil when NFS goes through a stallable forwarder
 	opts  client.Options
+	// Set by mountKernel: the mount and its statistics directory.
+	mounted *Mounted
+	runDir  string
 }
 
 type envOpts struct {

@@ -26,11 +26,18 @@ func mountKernel(t *testing.T, o envOpts) (*env, string) {
 		t.Skipf("no FUSE: %v", err)
 	}
 	mnt := t.TempDir()
-	m, err := Mount(e.fs, mnt, MountConfig{Source: "127.0.0.1:" + e.dir, Options: e.opts, Logf: t.Logf})
+	e.runDir = t.TempDir()
+	m, err := Mount(e.fs, mnt, MountConfig{Source: "127.0.0.1:" + e.dir, Options: e.opts, Logf: t.Logf, RuntimeDir: e.runDir})
 	if err != nil {
 		t.Fatalf("Mount: %v", err)
 	}
+	e.mounted = m
 	t.Cleanup(func() {
+		select {
+		case <-m.Done():
+			return // unmounted by the test
+		default:
+		}
 		if err := m.Unmount(false); err != nil {
 			t.Errorf("unmount: %v", err)
 			m.Unmount(true)
@@ -160,45 +167,57 @@ func TestKernelCaching(t *testing.T) {
 	}
 }
 
-func TestKernelStatsXAttr(t *testing.T) {
+// The statistics of a live mount come through its socket, found from the
+// mount point; the socket goes away with the mount.
+func TestKernelStats(t *testing.T) {
 	e, mnt := mountKernel(t, envOpts{})
 	if _, err := os.ReadDir(mnt); err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 64<<10)
-	n, err := unix.Getxattr(mnt, StatsXAttr, buf)
+	b, err := queryControl("/proc/self/mountinfo", e.runDir, mnt, controlRequest{Stats: true})
 	if err != nil {
-		t.Fatalf("getxattr: %v", err)
+		t.Fatal(err)
 	}
 	var s client.Snapshot
-	if err := json.Unmarshal(buf[:n], &s); err != nil {
+	if err := json.Unmarshal(b, &s); err != nil {
 		t.Fatalf("stats JSON: %v", err)
 	}
 	if s.Count("READDIRPLUS") == 0 || s.Count("FSINFO") != 1 {
 		t.Errorf("stats: %v", s.Ops)
 	}
 	// The kernel's requests, counted as they reach the daemon.
-	if s.FUSE["opendir"] == 0 || s.FUSE["readdirplus"] == 0 || s.FUSE["getxattr"] == 0 {
+	if s.FUSE["opendir"] == 0 || s.FUSE["readdirplus"] == 0 {
 		t.Errorf("FUSE requests: %v", s.FUSE)
 	}
-	if _, err := unix.Getxattr(mnt, "user.other", buf); !errors.Is(err, unix.ENODATA) {
-		t.Errorf("getxattr(user.other) = %v, want ENODATA", err)
-	}
-	if n, err := unix.Listxattr(mnt, buf); err != nil || n != 0 {
-		t.Errorf("listxattr = %d, %v", n, err)
-	}
-	if err := unix.Setxattr(mnt, "user.other", []byte("x"), 0); !errors.Is(err, unix.ENOTSUP) {
-		t.Errorf("setxattr(user.other) = %v, want ENOTSUP", err)
-	}
-	if err := unix.Setxattr(mnt, StatsXAttr, []byte(StatsReset), 0); err != nil {
+	if _, err := queryControl("/proc/self/mountinfo", e.runDir, mnt, controlRequest{Reset: true}); err != nil {
 		t.Fatalf("reset: %v", err)
 	}
 	if s := e.fs.Stats(); s.Total() != 0 || s.FUSE["readdirplus"] != 0 {
 		t.Errorf("after reset: %v %v", s.Ops, s.FUSE)
 	}
-	// The attribute still answers after ENODATA answers (the kernel did
-	// not give up on getxattr).
-	if _, err := unix.Getxattr(mnt, StatsXAttr, buf); err != nil {
-		t.Errorf("getxattr after reset: %v", err)
+	// Reading them sent nothing to the mount.
+	if s := e.fs.Stats(); len(s.FUSE) != 0 {
+		t.Errorf("requests after reading the statistics: %v", s.FUSE)
+	}
+
+	ents, err := os.ReadDir(e.runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var socks []string
+	for _, d := range ents {
+		if strings.HasSuffix(d.Name(), controlSuffix) {
+			socks = append(socks, d.Name())
+		}
+	}
+	if len(socks) != 1 {
+		t.Fatalf("sockets in %s: %v, want one", e.runDir, socks)
+	}
+	if err := e.mounted.Unmount(false); err != nil {
+		t.Fatal(err)
+	}
+	<-e.mounted.Done()
+	if _, err := os.Lstat(filepath.Join(e.runDir, socks[0])); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket after unmount: %v, want removed", err)
 	}
 }
