@@ -63,6 +63,12 @@
 // root); only root and the owner may connect. `hushfs stats MNT` finds it
 // from the mount table, never touching the mount (control.go).
 //
+// # Extended attributes
+//
+// There are none (NFSv3 has none): the xattr requests answer ENOSYS, so
+// the kernel stops sending them after the first and answers EOPNOTSUPP
+// itself (xattr.go).
+//
 // # Mount options
 //
 // MountOptions documents each go-fuse option chosen and why.

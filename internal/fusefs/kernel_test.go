@@ -221,3 +221,53 @@ func TestKernelStats(t *testing.T) {
 		t.Errorf("socket after unmount: %v, want removed", err)
 	}
 }
+
+// The mount has no extended attributes, and the kernel learns it from the
+// first request: stats and getxattrs of many files (what ls -l does for
+// each entry: lgetxattr of security.selinux, getxattr of a POSIX ACL)
+// send no more getxattr to the daemon, and every xattr call fails with
+// EOPNOTSUPP (but POSIX ACLs: the kernel says there is none).
+func TestKernelNoXAttrs(t *testing.T) {
+	e, mnt := mountKernel(t, envOpts{})
+	const files = 20
+	for i := range files {
+		if err := os.WriteFile(filepath.Join(e.dir, fmt.Sprintf("f%02d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 256)
+	for i := range files {
+		p := filepath.Join(mnt, fmt.Sprintf("f%02d", i))
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"security.selinux", "user.comment"} {
+			if _, err := unix.Lgetxattr(p, name, buf); !errors.Is(err, unix.EOPNOTSUPP) {
+				t.Fatalf("lgetxattr(%s, %s) = %v, want EOPNOTSUPP", p, name, err)
+			}
+		}
+		// POSIX ACLs are the kernel's to answer (no ACL: ENODATA).
+		if _, err := unix.Getxattr(p, "system.posix_acl_access", buf); !errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.EOPNOTSUPP) {
+			t.Fatalf("getxattr(%s, system.posix_acl_access) = %v, want ENODATA", p, err)
+		}
+	}
+	p := filepath.Join(mnt, "f00")
+	for range 3 {
+		if _, err := unix.Listxattr(p, buf); !errors.Is(err, unix.EOPNOTSUPP) {
+			t.Errorf("listxattr = %v, want EOPNOTSUPP", err)
+		}
+		if err := unix.Setxattr(p, "user.comment", []byte("x"), 0); !errors.Is(err, unix.EOPNOTSUPP) {
+			t.Errorf("setxattr = %v, want EOPNOTSUPP", err)
+		}
+		if err := unix.Removexattr(p, "user.comment"); !errors.Is(err, unix.EOPNOTSUPP) {
+			t.Errorf("removexattr = %v, want EOPNOTSUPP", err)
+		}
+	}
+	got := e.fs.Stats().FUSE
+	for _, op := range []string{"getxattr", "listxattr", "setxattr", "removexattr"} {
+		if got[op] != 1 {
+			t.Errorf("%s requests = %d, want 1 (the kernel asks once per mount)", op, got[op])
+		}
+	}
+}

@@ -67,10 +67,13 @@ type MountConfig struct {
 //   - MaxReadAhead is asked at MaxWrite, which INIT clamps to the kernel's
 //     default; ReadAhead raises it after mounting.
 //   - MaxBackground 64: see maxBackground.
-//   - DisableXAttrs false: xattr requests reach the adapter (xattr.go).
-//     IgnoreSecurityLabels answers the kernel's getxattr of
-//     security.capability (sent before every write) and of POSIX ACLs with
-//     ENODATA inside go-fuse, as this file system would, one trip shorter.
+//   - No extended attributes: the adapter answers the four xattr requests
+//     ENOSYS, which the kernel keeps for the connection and answers
+//     EOPNOTSUPP itself from then on (xattr.go). DisableXAttrs would do the
+//     same inside go-fuse, but the requests would not be counted.
+//     IgnoreSecurityLabels is off: its ENODATA for security.capability
+//     (asked before every write) and POSIX ACLs would keep the kernel
+//     asking for them.
 //   - EnableLocks false: NFSv3 locking is NLM, another protocol; the kernel
 //     keeps locks local to this machine, as nfs(5)'s "nolock" does.
 //   - EnableSymlinkCaching: see the package documentation.
@@ -120,7 +123,7 @@ func MountOptions(cfg MountConfig, direct bool) *fuse.MountOptions {
 		MaxReadAhead:             MaxWrite,
 		MaxBackground:            maxBackground,
 		DisableXAttrs:            false,
-		IgnoreSecurityLabels:     true,
+		IgnoreSecurityLabels:     false,
 		EnableLocks:              false,
 		EnableSymlinkCaching:     true,
 		ExplicitDataCacheControl: false,
