@@ -27,6 +27,9 @@ type dirList struct {
 	verf    nfs3.Verf             // the cookie verifier it was read with
 	end     uint64                // the server's cookie after its last entry
 	nextSeq uint64                // the order of the next name we add
+	// kernelUntil: the kernel holds the listing's names (dentries, from a
+	// plus pass of it to the end) until then (dircache.go).
+	kernelUntil time.Time
 }
 
 // listEntry is one name of a complete listing.

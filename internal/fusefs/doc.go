@@ -22,6 +22,14 @@
 //     close-to-open check); the kernel also drops a file's pages by itself
 //     when attributes it is handed show another size or mtime
 //     (CAP_AUTO_INVAL_DATA, go-fuse's default).
+//   - Directory contents (FOPEN_CACHE_DIR): an unchanged directory is
+//     listed from the kernel's page cache, with no READDIR request. Kept
+//     across opens (FOPEN_KEEP_CACHE) while the core holds the directory's
+//     complete listing for its current version and the names a plus
+//     listing gave the kernel have not expired; the core tells the kernel to
+//     drop them when it learns of another version (client.FS.DirCache). The
+//     kernel also drops them itself when the directory's mtime or its own
+//     change counter (every change made through the mount) moves.
 //
 // Writes are not cached by the kernel (no CAP_WRITEBACK_CACHE unless the
 // fuse_writeback_cache option asks, for comparison; see DEVELOPERS.md): each
