@@ -1,9 +1,7 @@
 package rpc
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -55,6 +53,29 @@ type ClientOptions struct {
 	// MaxInFlight is the number of calls on the wire at once, default 128;
 	// more wait (counted as Queue time).
 	MaxInFlight int
+	// NoRetransmit: never send a call again on the connection it was sent
+	// on; a call is resent only on a new connection, after the one it went
+	// out on was lost (NFSv4.1 over TCP, RFC 8881 §2.9.2, §15.1.1). Timeouts
+	// still count towards the major timeout, which resets a stale
+	// connection as without it.
+	NoRetransmit bool
+	// OnReconnect, if set, runs on every connection made after the first,
+	// before any call is sent or resent on it: calls made through conn go
+	// out on it alone, while every other call (pending, resent or new)
+	// waits. An NFSv4.1 client binds the new connection to its session
+	// there (BIND_CONN_TO_SESSION). An error closes the connection; another
+	// is tried after a pause. ctx is cancelled when the connection is lost
+	// or the client closed.
+	OnReconnect func(ctx context.Context, conn *Conn) error
+	// MaxBackCalls bounds the calls from the server (see Register) that are
+	// being served or whose replies wait to be sent, default 16. A call
+	// beyond it is answered SYSTEM_ERR without running a handler; at twice
+	// as many (the server sends calls and does not read the answers) the
+	// connection is dropped.
+	MaxBackCalls int
+	// MaxBackRecord bounds a call from the server, default 64 KiB; a longer
+	// one is answered GARBAGE_ARGS.
+	MaxBackRecord int
 	// Observer, if set, is called once per Call when it finishes.
 	Observer func(*CallStats)
 	Logf     func(format string, args ...any)
@@ -66,6 +87,9 @@ var (
 	ErrTimeout = errors.New("rpc: call timed out")
 	// ErrClosed is returned by calls on, or pending at, a closed client.
 	ErrClosed = errors.New("rpc: client closed")
+	// ErrConnLost is returned (wrapped) by calls bound to one connection
+	// (Conn.Call, BackChannel.Call) when that connection is gone.
+	ErrConnLost = errors.New("rpc: connection lost")
 )
 
 // maxTimeout caps the per-transmission timeout.
@@ -82,6 +106,11 @@ const maxReconnectBackoff = 5 * time.Second
 //
 // Reply records are allocated per reply and results decoded by Call alias
 // them: they stay valid after Call returns.
+//
+// The server may also call the client on the same connection (NFSv4.1's
+// back channel): calls to programs registered with Register are served,
+// each on a goroutine of its own, and their replies sent between the
+// client's own requests (client_back.go).
 type Client struct {
 	opts      ClientOptions
 	logf      func(format string, args ...any)
@@ -102,11 +131,17 @@ type Client struct {
 	unresponsive atomic.Bool
 	server       string
 
+	progs   atomic.Pointer[progTable] // programs served to the server
+	connLog logLimiter                // for what a hostile server could flood
+
 	mu      sync.Mutex
 	pending map[uint32]*pendingCall
 	conn    *clientConn // nil while reconnecting
-	closed  bool
-	major   chan struct{} // closed at the next major timeout of a hard call
+	// connecting is a new connection whose OnReconnect hook runs; it is
+	// not yet conn.
+	connecting *clientConn
+	closed     bool
+	major      chan struct{} // closed at the next major timeout of a hard call
 }
 
 // pendingCall is one call from encoding to reply. Its request bytes are
@@ -124,8 +159,11 @@ type pendingCall struct {
 	firstSent atomic.Int64 // since Client.epoch; 0 = not yet sent
 	lastSent  atomic.Int64
 	conn      *clientConn // connection last queued on; guarded by Client.mu
-	dec       xdr.Decoder
-	timer     *time.Timer // retransmission timer, reused with the call
+	// pin, if set, is the only connection the call may go out on
+	// (Conn.Call); guarded by Client.mu.
+	pin   *clientConn
+	dec   xdr.Decoder
+	timer *time.Timer // retransmission timer, reused with the call
 }
 
 // NewClient connects to the server with opts.Dial and returns the client.
@@ -148,6 +186,12 @@ func NewClient(ctx context.Context, opts ClientOptions) (*Client, error) {
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = 128
 	}
+	if opts.MaxBackCalls <= 0 {
+		opts.MaxBackCalls = 16
+	}
+	if opts.MaxBackRecord <= 0 {
+		opts.MaxBackRecord = 64 << 10
+	}
 	c := &Client{
 		opts:      opts,
 		logf:      opts.Logf,
@@ -164,13 +208,15 @@ func NewClient(ctx context.Context, opts ClientOptions) (*Client, error) {
 	}
 	c.xid.Store(rand.Uint32())
 	c.calls.New = func() any { return &pendingCall{reply: make(chan []byte, 1)} }
+	c.progs.Store(&progTable{})
 	nc, err := opts.Dial(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("rpc: connecting: %w", err)
 	}
 	c.server = nc.RemoteAddr().String()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	cc := c.install(nc)
+	cc := c.newConn(nc)
+	c.install(cc)
 	c.wg.Add(1)
 	go c.maintain(cc)
 	return c, nil
@@ -197,13 +243,16 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	cc := c.conn
-	c.conn = nil
+	cc, nc := c.conn, c.connecting
+	c.conn, c.connecting = nil, nil
 	c.mu.Unlock()
 	close(c.closing)
 	c.cancel()
 	if cc != nil {
 		cc.fail(ErrClosed)
+	}
+	if nc != nil {
+		nc.fail(ErrClosed)
 	}
 	c.wg.Wait()
 	return nil
@@ -236,12 +285,21 @@ func (c *Client) timeo(n int) time.Duration {
 // an error wrapping ErrTimeout after a soft major timeout, ErrClosed when the
 // client is closed, and ctx.Err() when ctx is done first.
 func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueAuth, args Marshaler, res Unmarshaler) error {
+	return c.call(ctx, nil, prog, vers, proc, cred, args, res)
+}
+
+// call is Call, on connection pin alone if it is set. A pinned call takes
+// no in-flight slot: the calls holding them may all be waiting for pin's
+// OnReconnect hook, whose calls these are.
+func (c *Client) call(ctx context.Context, pin *clientConn, prog, vers, proc uint32, cred OpaqueAuth, args Marshaler, res Unmarshaler) error {
 	start := time.Now()
-	if err := c.acquire(ctx); err != nil {
-		c.observe(prog, vers, proc, start, nil, 0, 0, err)
-		return err
+	if pin == nil {
+		if err := c.acquire(ctx); err != nil {
+			c.observe(prog, vers, proc, start, nil, 0, 0, err)
+			return err
+		}
+		defer func() { <-c.sem }()
 	}
-	defer func() { <-c.sem }()
 
 	p := c.calls.Get().(*pendingCall)
 	p.refs.Store(1)
@@ -273,6 +331,13 @@ func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueA
 	}
 	p.xid = xid
 	xdr.PutUint32(p.req, mark+4, xid)
+	if pin != nil && !pin.pinLocked(p) {
+		c.mu.Unlock()
+		c.release(p)
+		err := fmt.Errorf("%w: prog %d vers %d proc %d: %v", ErrConnLost, prog, vers, proc, pin.err)
+		c.observe(prog, vers, proc, start, nil, 0, 0, err)
+		return err
+	}
 	c.pending[xid] = p
 	c.sendLocked(p)
 	c.mu.Unlock()
@@ -288,7 +353,13 @@ func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueA
 	for {
 		select {
 		case rec := <-p.reply:
-			err := c.decodeReply(p, rec, prog, vers, proc, res)
+			if rec == nil { // pinned, and its connection is gone
+				err := fmt.Errorf("%w: prog %d vers %d proc %d xid %#x: %v", ErrConnLost, prog, vers, proc, xid, pin.err)
+				c.observe(prog, vers, proc, start, p, timeouts, 0, err)
+				c.finish(p)
+				return err
+			}
+			err := decodeReply(&p.dec, rec, prog, vers, proc, res)
 			c.observe(prog, vers, proc, start, p, timeouts, len(rec)+4, err)
 			c.finish(p)
 			return err
@@ -297,7 +368,16 @@ func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueA
 			switch {
 			case retries < c.opts.Retrans:
 				retries++
-				c.retransmit(p)
+				if !c.opts.NoRetransmit {
+					c.retransmit(p)
+				}
+			case pin != nil:
+				// The hook's call: failing it fails the hook, which
+				// drops the connection and tries another.
+				err := fmt.Errorf("%w: prog %d vers %d proc %d xid %#x: no reply on the new connection",
+					ErrTimeout, prog, vers, proc, xid)
+				c.abandon(p, prog, vers, proc, start, timeouts, err)
+				return err
 			case !c.opts.Hard:
 				err := fmt.Errorf("%w: prog %d vers %d proc %d xid %#x: no reply after %d transmissions",
 					ErrTimeout, prog, vers, proc, xid, p.tx.Load())
@@ -324,6 +404,9 @@ func (c *Client) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueA
 			timer.Reset(c.timeo(timeouts + 1))
 		case <-ctx.Done():
 			err := ctx.Err()
+			if pin != nil && pin.isDead() { // (the hook's context ends with its connection)
+				err = fmt.Errorf("%w: prog %d vers %d proc %d xid %#x: %v", ErrConnLost, prog, vers, proc, xid, pin.err)
+			}
 			c.abandon(p, prog, vers, proc, start, timeouts, err)
 			return err
 		case <-c.closing:
@@ -351,7 +434,13 @@ func (c *Client) acquire(ctx context.Context) error {
 
 // sendLocked queues p on the current connection, or, with none, makes sure
 // one is being established: the new connection sends every pending call.
+// A pinned call goes to its own connection.
 func (c *Client) sendLocked(p *pendingCall) {
+	if p.pin != nil {
+		p.conn = p.pin
+		p.pin.enqueue(p)
+		return
+	}
 	if c.conn != nil {
 		p.conn = c.conn
 		c.conn.enqueue(p)
@@ -373,11 +462,11 @@ func (c *Client) retransmit(p *pendingCall) {
 
 // majorTimeout resets the connection the call was last sent on (see
 // resetStale); the new one resends every pending call. On a connection left
-// alone the call is sent again.
+// alone the call is sent again, unless NoRetransmit.
 func (c *Client) majorTimeout(p *pendingCall) {
 	c.mu.Lock()
 	cc := p.conn
-	if c.pending[p.xid] == p && c.conn != nil && !c.staleLocked(cc) {
+	if !c.opts.NoRetransmit && c.pending[p.xid] == p && c.conn != nil && !c.staleLocked(cc) {
 		c.sendLocked(p)
 	}
 	c.mu.Unlock()
@@ -409,6 +498,9 @@ func (c *Client) abandon(p *pendingCall, prog, vers, proc uint32, start time.Tim
 	c.mu.Lock()
 	if c.pending[p.xid] == p {
 		delete(c.pending, p.xid)
+		if p.pin != nil {
+			delete(p.pin.pinned, p.xid)
+		}
 	}
 	c.mu.Unlock()
 	c.observe(prog, vers, proc, start, p, timeouts, 0, err)
@@ -441,6 +533,7 @@ func (c *Client) release(p *pendingCall) {
 	p.firstSent.Store(0)
 	p.lastSent.Store(0)
 	p.conn = nil
+	p.pin = nil
 	p.dec.Reset(nil)
 	c.calls.Put(p)
 }
@@ -463,302 +556,4 @@ func (c *Client) observe(prog, vers, proc uint32, start time.Time, p *pendingCal
 		}
 	}
 	c.opts.Observer(st)
-}
-
-// appendCallHeader appends a call header with a zero XID (filled in once
-// the XID is chosen) and an AUTH_NONE verifier.
-func appendCallHeader(b []byte, prog, vers, proc uint32, cred OpaqueAuth) []byte {
-	b = xdr.AppendUint32(b, 0)
-	b = xdr.AppendUint32(b, MsgCall)
-	b = xdr.AppendUint32(b, RPCVersion)
-	b = xdr.AppendUint32(b, prog)
-	b = xdr.AppendUint32(b, vers)
-	b = xdr.AppendUint32(b, proc)
-	b = cred.Append(b)
-	return NoAuth.Append(b)
-}
-
-// decodeReply interprets a reply record and decodes its results into res.
-// Bytes after the results are tolerated.
-func (c *Client) decodeReply(p *pendingCall, rec []byte, prog, vers, proc uint32, res Unmarshaler) error {
-	d := &p.dec
-	d.Reset(rec)
-	d.Uint32() // xid, already matched
-	d.Uint32() // REPLY, already checked
-	malformed := func() error {
-		err := d.Err()
-		if err == nil {
-			err = errors.New("unknown reply status")
-		}
-		return fmt.Errorf("rpc: malformed reply to prog %d vers %d proc %d: %w", prog, vers, proc, err)
-	}
-	switch d.Uint32() {
-	case MsgAccepted:
-		var verf OpaqueAuth
-		verf.Decode(d) // AUTH_NONE or AUTH_SYS: nothing to check
-		stat := AcceptStat(d.Uint32())
-		if d.Err() != nil {
-			return malformed()
-		}
-		switch stat {
-		case Success:
-			if res == nil {
-				return nil
-			}
-			res.Decode(d)
-			if err := d.Err(); err != nil {
-				return fmt.Errorf("rpc: decoding reply to prog %d vers %d proc %d: %w", prog, vers, proc, err)
-			}
-			return nil
-		case ProgMismatch:
-			low, high := d.Uint32(), d.Uint32()
-			if d.Err() != nil {
-				return malformed()
-			}
-			return &AcceptError{Stat: stat, Low: low, High: high}
-		default:
-			return &AcceptError{Stat: stat}
-		}
-	case MsgDenied:
-		switch d.Uint32() {
-		case RPCMismatch:
-			low, high := d.Uint32(), d.Uint32()
-			if d.Err() != nil {
-				return malformed()
-			}
-			return &DeniedError{RejectStat: RPCMismatch, Low: low, High: high}
-		case AuthError:
-			s := AuthStat(d.Uint32())
-			if d.Err() != nil {
-				return malformed()
-			}
-			return &DeniedError{RejectStat: AuthError, Auth: s}
-		}
-	}
-	return malformed()
-}
-
-// clientConn is one connection with its reader and writer goroutines.
-type clientConn struct {
-	c           *Client
-	nc          net.Conn
-	established time.Time
-	notify      chan struct{} // capacity 1: the queue is not empty
-	dead        chan struct{}
-	once        sync.Once
-	err         error       // why the connection died; set before dead is closed
-	replied     atomic.Bool // at least one reply arrived
-	wbuf        net.Buffers // the writer's; a field so that writev does not allocate it
-
-	qmu     sync.Mutex
-	q       []*pendingCall
-	qclosed bool
-}
-
-// install makes nc the current connection and queues every pending call on
-// it. It returns nil if the client was closed meanwhile.
-func (c *Client) install(nc net.Conn) *clientConn {
-	cc := &clientConn{
-		c:           c,
-		nc:          nc,
-		established: time.Now(),
-		notify:      make(chan struct{}, 1),
-		dead:        make(chan struct{}),
-	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		nc.Close()
-		return nil
-	}
-	c.conn = cc
-	c.wg.Add(2)
-	for _, p := range c.pending {
-		p.conn = cc
-		cc.enqueue(p)
-	}
-	c.mu.Unlock()
-	go cc.readLoop()
-	go cc.writeLoop()
-	return cc
-}
-
-// maintain re-establishes the connection whenever it breaks, once a call
-// needs it, backing off while attempts keep failing.
-func (c *Client) maintain(cc *clientConn) {
-	defer c.wg.Done()
-	var backoff time.Duration
-	for {
-		select {
-		case <-cc.dead:
-		case <-c.closing:
-			return
-		}
-		select {
-		case <-c.closing:
-			return
-		default:
-		}
-		c.mu.Lock()
-		if c.conn == cc {
-			c.conn = nil
-		}
-		c.mu.Unlock()
-		if cc.replied.Load() {
-			backoff = 0 // it worked for a while: try again at once
-		}
-		c.logf("rpc: connection to %s lost: %v", c.server, cc.err)
-		for cc = nil; cc == nil; {
-			if backoff > 0 {
-				select {
-				case <-time.After(backoff):
-				case <-c.closing:
-					return
-				}
-			}
-			backoff = min(max(2*backoff, 100*time.Millisecond), maxReconnectBackoff)
-			if !c.awaitWork() {
-				return
-			}
-			ctx, cancel := context.WithTimeout(c.ctx, c.opts.Timeout)
-			nc, err := c.opts.Dial(ctx)
-			cancel()
-			if err != nil {
-				if c.ctx.Err() != nil {
-					return
-				}
-				c.logf("rpc: reconnecting to %s: %v", c.server, err)
-				continue
-			}
-			if cc = c.install(nc); cc == nil {
-				return
-			}
-		}
-	}
-}
-
-// awaitWork waits until some call is pending; it reports false when the
-// client is closed.
-func (c *Client) awaitWork() bool {
-	for {
-		c.mu.Lock()
-		n := len(c.pending)
-		c.mu.Unlock()
-		if n > 0 {
-			return true
-		}
-		select {
-		case <-c.wake:
-		case <-c.closing:
-			return false
-		}
-	}
-}
-
-// enqueue queues a transmission of p. It never blocks.
-func (cc *clientConn) enqueue(p *pendingCall) {
-	cc.qmu.Lock()
-	if !cc.qclosed {
-		p.refs.Add(1)
-		cc.q = append(cc.q, p)
-	}
-	cc.qmu.Unlock()
-	select {
-	case cc.notify <- struct{}{}:
-	default:
-	}
-}
-
-func (cc *clientConn) fail(err error) {
-	cc.once.Do(func() {
-		cc.err = err
-		close(cc.dead)
-		cc.nc.Close()
-	})
-}
-
-// writeLoop sends queued requests, gathering whatever is queued into one
-// writev. Callers never wait for it: a connection that stops taking data
-// blocks only this goroutine, until the connection is failed.
-func (cc *clientConn) writeLoop() {
-	c := cc.c
-	defer c.wg.Done()
-	var batch []*pendingCall
-	var bufs net.Buffers
-	for {
-		select {
-		case <-cc.notify:
-		case <-cc.dead:
-			cc.qmu.Lock()
-			cc.qclosed = true
-			rest := cc.q
-			cc.q = nil
-			cc.qmu.Unlock()
-			for _, p := range rest {
-				c.release(p)
-			}
-			return
-		}
-		cc.qmu.Lock()
-		batch, cc.q = cc.q, batch[:0]
-		cc.qmu.Unlock()
-		now := c.now()
-		for _, p := range batch {
-			if p.finished.Load() {
-				continue
-			}
-			p.tx.Add(1)
-			p.firstSent.CompareAndSwap(0, now)
-			p.lastSent.Store(now)
-			bufs = append(bufs, p.req)
-		}
-		var err error
-		if len(bufs) > 0 {
-			cc.wbuf = bufs // WriteTo consumes its receiver
-			_, err = cc.wbuf.WriteTo(cc.nc)
-		}
-		clear(bufs)
-		bufs = bufs[:0]
-		for i, p := range batch {
-			c.release(p)
-			batch[i] = nil
-		}
-		if err != nil {
-			cc.fail(fmt.Errorf("writing requests: %w", err))
-		}
-	}
-}
-
-// readLoop matches replies to pending calls by XID. A reply nobody waits
-// for (its call timed out or was cancelled) is dropped.
-func (cc *clientConn) readLoop() {
-	c := cc.c
-	defer c.wg.Done()
-	br := bufio.NewReaderSize(cc.nc, 64<<10)
-	for {
-		rec, err := readRecord(br, nil, c.maxRecord, c.maxRecord)
-		if err != nil {
-			cc.fail(fmt.Errorf("reading replies: %w", err))
-			return
-		}
-		if len(rec) < 8 || binary.BigEndian.Uint32(rec[4:]) != MsgReply {
-			continue
-		}
-		xid := binary.BigEndian.Uint32(rec)
-		c.mu.Lock()
-		if p := c.pending[xid]; p != nil {
-			delete(c.pending, xid)
-			// Under the lock, so that a caller giving up either finds
-			// the call still pending or finds the reply in the channel.
-			select {
-			case p.reply <- rec:
-			default: // cannot happen: one delivery per registration
-			}
-		}
-		c.mu.Unlock()
-		cc.replied.Store(true)
-		if c.unresponsive.Load() && c.unresponsive.CompareAndSwap(true, false) {
-			c.logf("rpc: server %s OK", c.server)
-		}
-	}
 }

@@ -9,69 +9,13 @@ import (
 	"net"
 	"net/netip"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"hushfs/internal/xdr"
 )
-
-// ConnInfo describes the connection a call arrived on.
-type ConnInfo struct {
-	RemoteAddr, LocalAddr net.Addr
-}
-
-// Call is a decoded call as handed to a Handler. The server reuses Call
-// values and their buffers: nothing in a Call may be retained after the
-// handler returns.
-type Call struct {
-	XID              uint32
-	Prog, Vers, Proc uint32
-	Cred, Verf       OpaqueAuth // bodies alias the record buffer
-	Args             []byte     // procedure arguments; alias the record buffer, valid until the handler returns
-	Conn             *ConnInfo
-}
-
-// Handler serves the procedures of one program version. Handlers run
-// concurrently, on a pool shared by all connections. The context passed to
-// ServeRPC is cancelled when the call's connection breaks or the server is
-// closed.
-type Handler interface {
-	// ServeRPC appends the procedure's results to reply, which already holds
-	// the accepted-reply header (xid, REPLY, MSG_ACCEPTED, AUTH_NONE verifier,
-	// SUCCESS), and returns it. If it returns an error of type *AcceptError
-	// (ProcUnavail, GarbageArgs, SystemErr) or *DeniedError (AuthError), the
-	// server discards what was appended and sends that reply instead; ErrDrop
-	// means send no reply at all; any other error is logged and answered with
-	// SYSTEM_ERR.
-	ServeRPC(ctx context.Context, call *Call, reply []byte) ([]byte, error)
-}
-
-// HandlerFunc adapts a function to Handler.
-type HandlerFunc func(ctx context.Context, call *Call, reply []byte) ([]byte, error)
-
-// ServeRPC calls f.
-func (f HandlerFunc) ServeRPC(ctx context.Context, call *Call, reply []byte) ([]byte, error) {
-	return f(ctx, call, reply)
-}
-
-// Errors a handler returns to select a reply other than SUCCESS.
-var (
-	ErrProcUnavail = &AcceptError{Stat: ProcUnavail}
-	ErrGarbageArgs = &AcceptError{Stat: GarbageArgs}
-	ErrSystem      = &AcceptError{Stat: SystemErr}
-	ErrDrop        = errors.New("rpc: drop reply")
-)
-
-// AuthErr returns the error that makes the server deny a call with
-// AUTH_ERROR and auth_stat s.
-func AuthErr(s AuthStat) error {
-	return &DeniedError{RejectStat: AuthError, Auth: s}
-}
 
 // ServerOptions configures a Server. Zero values select the defaults.
 type ServerOptions struct {
@@ -90,6 +34,13 @@ type ServerOptions struct {
 	// DRC configures the duplicate request cache, used for the procedures
 	// a NonIdempotentHandler declares.
 	DRC DRCOptions
+	// MaxBackCallsPerConn bounds the calls in flight to one connection's
+	// client (ConnInfo.BackChannel), default 16; more wait for a place.
+	MaxBackCallsPerConn int
+	// BackTimeout bounds a BackChannel call, its wait for a place
+	// included, default DefaultBackTimeout; the caller's context may end
+	// it sooner.
+	BackTimeout time.Duration
 	// Observe, if set, is called once for every call run by a handler
 	// (not for retransmissions answered from the cache or calls the RPC
 	// layer rejects), with the time from the call's last byte read to its
@@ -178,16 +129,6 @@ type Server struct {
 	replies sync.Pool // *replyBuf
 }
 
-// progTable maps program numbers to their versions. It is replaced, never
-// modified, so the per-call lookup takes no lock.
-type progTable map[uint32][]progVers
-
-type progVers struct {
-	vers uint32
-	h    Handler
-	ni   NonIdempotentHandler // h, if it has procedures for the cache
-}
-
 // NewServer returns a server with no programs registered.
 func NewServer(opts ServerOptions) *Server {
 	if opts.MaxRecord <= 0 {
@@ -207,6 +148,12 @@ func NewServer(opts ServerOptions) *Server {
 	}
 	if opts.BusyPollers <= 0 {
 		opts.BusyPollers = 1
+	}
+	if opts.MaxBackCallsPerConn <= 0 {
+		opts.MaxBackCallsPerConn = 16
+	}
+	if opts.BackTimeout <= 0 {
+		opts.BackTimeout = DefaultBackTimeout
 	}
 	s := &Server{
 		opts:      opts,
@@ -233,18 +180,11 @@ func NewServer(opts ServerOptions) *Server {
 func (s *Server) Register(prog, vers uint32, h Handler) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old := *s.progs.Load()
-	t := make(progTable, len(old)+1)
-	for p, vs := range old {
-		t[p] = vs
-	}
-	vs := slices.DeleteFunc(slices.Clone(t[prog]), func(v progVers) bool { return v.vers == vers })
 	pv := progVers{vers: vers, h: h}
 	if ni, ok := h.(NonIdempotentHandler); ok && s.drc != nil {
 		pv.ni = ni
 	}
-	t[prog] = append(vs, pv)
-	s.progs.Store(&t)
+	s.progs.Store(s.progs.Load().with(prog, pv))
 }
 
 // Serve accepts connections on l until l fails or the server is closed. It
@@ -331,7 +271,7 @@ func (s *Server) idlest() *serverConn {
 	for c := range s.conns {
 		// The reader holds one token while it waits for a record; any
 		// other is a call in flight, and so is one it runs itself.
-		if len(c.slots) > 1 || c.inlineRunning() {
+		if len(c.slots) > 1 || c.inlineRunning() || c.backBusy() {
 			continue
 		}
 		if best == nil || c.lastActive.Load() < best.lastActive.Load() {
@@ -418,7 +358,13 @@ type job struct {
 	inline bool      // run on the connection's reader
 }
 
-type replyBuf struct{ b []byte }
+// replyBuf is a record for a connection's writer: a reply, which holds a
+// slot of its connection, or a call to the client (BackChannel), which
+// does not.
+type replyBuf struct {
+	b        []byte
+	backCall bool
+}
 
 // maxPooledBuf keeps buffers of unusual size (beyond a maximal record) out of
 // the pools.
@@ -443,6 +389,7 @@ func (s *Server) putReply(r *replyBuf) {
 		return
 	}
 	r.b = r.b[:0]
+	r.backCall = false
 	s.replies.Put(r)
 }
 
@@ -468,6 +415,12 @@ type serverConn struct {
 	// replies never blocks a sender: its capacity equals slots', and every
 	// reply in it holds a slot.
 	replies chan *replyBuf
+	// backOut carries calls to the client (BackChannel) to the writer.
+	backOut chan *replyBuf
+	// back is the connection's back channel, made on first use.
+	back atomic.Pointer[BackChannel]
+	// eof is set once the client closed its end (peerClosed).
+	eof atomic.Bool
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -514,9 +467,11 @@ func (s *Server) newConn(nc net.Conn) *serverConn {
 		ip:      clientIP(nc.RemoteAddr()),
 		slots:   make(chan struct{}, s.opts.MaxInFlightPerConn),
 		replies: make(chan *replyBuf, s.opts.MaxInFlightPerConn),
+		backOut: make(chan *replyBuf, s.opts.MaxBackCallsPerConn),
 		done:    make(chan struct{}),
 		br:      bufio.NewReaderSize(nc, 32<<10),
 	}
+	c.info.conn = c
 	c.ctx, c.stop = context.WithCancel(s.ctx)
 	c.lastActive.Store(s.sinceEpoch())
 	c.takeover = time.AfterFunc(time.Hour, c.takeOver)
@@ -621,7 +576,7 @@ func (c *serverConn) readCalls() (handedOver bool) {
 		}
 		c.addHeld(len(rec))
 		rb := s.getReply()
-		pv, out, v := s.decodeCall(rec, &j.call, rb.b[:0])
+		pv, out, v := decodeCall(s.progs.Load(), rec, &j.call, rb.b[:0])
 		rb.b = out
 		switch v {
 		case verdictDispatch:
@@ -674,6 +629,7 @@ func (c *serverConn) readCalls() (handedOver bool) {
 			s.putJob(j)
 			c.replies <- rb
 		case verdictIgnore:
+			c.deliverReply(rec)
 			c.addHeld(-len(rec))
 			s.putJob(j)
 			s.putReply(rb)
@@ -831,7 +787,7 @@ func (c *serverConn) awaitRecord(br *bufio.Reader) error {
 		if !errors.As(err, &ne) || !ne.Timeout() {
 			return err
 		}
-		if len(c.slots) <= 1 { // only this reader's own token
+		if len(c.slots) <= 1 && !c.backBusy() { // only this reader's own token
 			return fmt.Errorf("idle for %v", idle)
 		}
 	}
@@ -839,7 +795,9 @@ func (c *serverConn) awaitRecord(br *bufio.Reader) error {
 
 // drain waits, after the client closed its side cleanly, until every call
 // read so far is answered: taking all the tokens means none is in flight.
+// Calls to the client fail at once: it can no longer answer them.
 func (c *serverConn) drain() {
+	c.peerClosed()
 	for i := 1; i < cap(c.slots); i++ {
 		select {
 		case c.slots <- struct{}{}:
@@ -860,6 +818,8 @@ func (c *serverConn) writeLoop() {
 		select {
 		case rb := <-c.replies:
 			batch = append(batch[:0], rb)
+		case rb := <-c.backOut:
+			batch = append(batch[:0], rb)
 		case <-c.done:
 			return
 		}
@@ -871,6 +831,9 @@ func (c *serverConn) writeLoop() {
 			default:
 				break more
 			}
+		}
+		for len(c.backOut) > 0 {
+			batch = append(batch, <-c.backOut) // (only this goroutine receives)
 		}
 		bufs = bufs[:0]
 		n := 0
@@ -887,8 +850,10 @@ func (c *serverConn) writeLoop() {
 		c.addHeld(-n)
 		c.lastActive.Store(c.s.sinceEpoch())
 		for i, rb := range batch {
+			if !rb.backCall {
+				c.release()
+			}
 			c.s.putReply(rb)
-			c.release()
 			batch[i] = nil
 		}
 		if err != nil {
@@ -941,33 +906,20 @@ func (s *Server) execute(j *job) *replyBuf {
 	b, start := BeginRecord(rb.b[:0])
 	b = appendAccepted(b, j.call.XID, Success)
 	out, err := s.invoke(c.ctx, j, b)
-	if err == nil && len(out) < len(b) {
-		err = fmt.Errorf("handler returned a reply shorter than its header (%d < %d bytes)", len(out), len(b))
-	}
-	if err == nil {
-		b = out
-	} else {
-		var ae *AcceptError
-		var de *DeniedError
-		switch {
-		case errors.Is(err, ErrDrop):
-			if j.drc != nil {
-				releaseWaiters(s.drc.abandon(j.drc))
-			}
-			c.addHeld(-recLen)
-			rb.b = b
-			s.putReply(rb)
-			s.putJob(j)
-			return nil
-		case errors.As(err, &ae):
-			b = appendAcceptError(b[:start+4], j.call.XID, ae)
-		case errors.As(err, &de):
-			b = appendDenied(b[:start+4], j.call.XID, de)
-		default:
-			s.logf("rpc: prog %d vers %d proc %d from %v: %v",
-				j.call.Prog, j.call.Vers, j.call.Proc, c.info.RemoteAddr, err)
-			b = appendAccepted(b[:start+4], j.call.XID, SystemErr)
+	b, err = handlerReply(b, start, j.call.XID, out, err)
+	if err == ErrDrop {
+		if j.drc != nil {
+			releaseWaiters(s.drc.abandon(j.drc))
 		}
+		c.addHeld(-recLen)
+		rb.b = b
+		s.putReply(rb)
+		s.putJob(j)
+		return nil
+	}
+	if err != nil {
+		s.logf("rpc: prog %d vers %d proc %d from %v: %v",
+			j.call.Prog, j.call.Vers, j.call.Proc, c.info.RemoteAddr, err)
 	}
 	FinishRecord(b, start)
 	rb.b = b
@@ -1037,192 +989,7 @@ func (s *Server) handlerExited(j *job) {
 	}
 }
 
-// verdict is what the connection does with a record.
-type verdict int
-
-const (
-	verdictDispatch verdict = iota // a valid call: run the handler
-	verdictReply                   // answered already (an error reply)
-	verdictIgnore                  // not a call (a stray reply): skip it
-	verdictClose                   // unparseable: close the connection
-)
-
-// decodeCall parses a call record into call. With verdictDispatch it returns
-// the program version's entry; with verdictReply it returns reply extended by a complete reply
-// record (record mark included). It never panics and retains nothing.
-//
-// Credentials: AUTH_NONE and AUTH_SYS are accepted. Any other flavor is
-// denied with AUTH_REJECTEDCRED, which tells a client to start over with a
-// credential of another kind. A credential whose body is malformed (beyond
-// the 400-byte limit, or AUTH_SYS that is not exactly one authsys_parms
-// within its limits) is denied with AUTH_BADCRED, a malformed verifier with
-// AUTH_BADVERF. The verifier's flavor is not checked: with AUTH_NONE and
-// AUTH_SYS it carries nothing.
-func (s *Server) decodeCall(rec []byte, call *Call, reply []byte) (*progVers, []byte, verdict) {
-	var d xdr.Decoder
-	d.Reset(rec)
-	xid := d.Uint32()
-	mtype := d.Uint32()
-	if d.Err() != nil {
-		return nil, reply, verdictClose
-	}
-	switch mtype {
-	case MsgCall:
-	case MsgReply:
-		return nil, reply, verdictIgnore
-	default:
-		return nil, reply, verdictClose
-	}
-	rpcvers := d.Uint32()
-	if d.Err() != nil {
-		return nil, reply, verdictClose
-	}
-	if rpcvers != RPCVersion {
-		return nil, denyReply(reply, xid, &DeniedError{RejectStat: RPCMismatch, Low: RPCVersion, High: RPCVersion}), verdictReply
-	}
-	prog, vers, proc := d.Uint32(), d.Uint32(), d.Uint32()
-	if d.Err() != nil {
-		return nil, reply, verdictClose
-	}
-	var cred, verf OpaqueAuth
-	cred.Decode(&d)
-	if d.Err() != nil {
-		return nil, denyReply(reply, xid, &DeniedError{RejectStat: AuthError, Auth: AuthBadCred}), verdictReply
-	}
-	verf.Decode(&d)
-	if d.Err() != nil {
-		return nil, denyReply(reply, xid, &DeniedError{RejectStat: AuthError, Auth: AuthBadVerf}), verdictReply
-	}
-	switch cred.Flavor {
-	case AuthNone:
-	case AuthSys:
-		if !validAuthSys(cred.Body) {
-			return nil, denyReply(reply, xid, &DeniedError{RejectStat: AuthError, Auth: AuthBadCred}), verdictReply
-		}
-	default:
-		return nil, denyReply(reply, xid, &DeniedError{RejectStat: AuthError, Auth: AuthRejectedCred}), verdictReply
-	}
-	versions := (*s.progs.Load())[prog]
-	if len(versions) == 0 {
-		return nil, acceptReply(reply, xid, &AcceptError{Stat: ProgUnavail}), verdictReply
-	}
-	var pv *progVers
-	low, high := versions[0].vers, versions[0].vers
-	for i, v := range versions {
-		if v.vers == vers {
-			pv = &versions[i]
-		}
-		low, high = min(low, v.vers), max(high, v.vers)
-	}
-	if pv == nil {
-		return nil, acceptReply(reply, xid, &AcceptError{Stat: ProgMismatch, Low: low, High: high}), verdictReply
-	}
-	*call = Call{XID: xid, Prog: prog, Vers: vers, Proc: proc, Cred: cred, Verf: verf, Args: d.Rest()}
-	return pv, reply, verdictDispatch
-}
-
-// appendAccepted appends an accepted reply header with AUTH_NONE verifier and
-// the given accept_stat.
-func appendAccepted(b []byte, xid uint32, stat AcceptStat) []byte {
-	b = xdr.AppendUint32(b, xid)
-	b = xdr.AppendUint32(b, MsgReply)
-	b = xdr.AppendUint32(b, MsgAccepted)
-	b = NoAuth.Append(b)
-	return xdr.AppendUint32(b, uint32(stat))
-}
-
-func appendAcceptError(b []byte, xid uint32, e *AcceptError) []byte {
-	stat := e.Stat
-	if stat == Success { // would be read as results: make it an honest failure
-		stat = SystemErr
-	}
-	b = appendAccepted(b, xid, stat)
-	if stat == ProgMismatch {
-		b = xdr.AppendUint32(b, e.Low)
-		b = xdr.AppendUint32(b, e.High)
-	}
-	return b
-}
-
-func appendDenied(b []byte, xid uint32, e *DeniedError) []byte {
-	b = xdr.AppendUint32(b, xid)
-	b = xdr.AppendUint32(b, MsgReply)
-	b = xdr.AppendUint32(b, MsgDenied)
-	switch e.RejectStat {
-	case RPCMismatch:
-		b = xdr.AppendUint32(b, RPCMismatch)
-		b = xdr.AppendUint32(b, e.Low)
-		b = xdr.AppendUint32(b, e.High)
-	default:
-		b = xdr.AppendUint32(b, AuthError)
-		b = xdr.AppendUint32(b, uint32(e.Auth))
-	}
-	return b
-}
-
-// acceptReply and denyReply append a complete record holding the reply.
-func acceptReply(b []byte, xid uint32, e *AcceptError) []byte {
-	b, start := BeginRecord(b)
-	b = appendAcceptError(b, xid, e)
-	FinishRecord(b, start)
-	return b
-}
-
-func denyReply(b []byte, xid uint32, e *DeniedError) []byte {
-	b, start := BeginRecord(b)
-	b = appendDenied(b, xid, e)
-	FinishRecord(b, start)
-	return b
-}
-
-// Connection-level messages (a client's garbage, hang-ups, refusals) are
-// rate limited: a client opening connection after connection to send junk
-// must not flood the log. Up to logBurst messages pass at once, then
-// logRate a second.
-const (
-	logBurst = 20
-	logRate  = 5
-)
-
-// logLimiter is a token bucket for log messages; it counts what it holds
-// back, for the next message let through to report.
-type logLimiter struct {
-	mu         sync.Mutex
-	tokens     float64
-	last       time.Time
-	suppressed int
-}
-
-// allow reports whether a message may be logged at now, and how many were
-// suppressed since the last one that was.
-func (l *logLimiter) allow(now time.Time) (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.last.IsZero() {
-		l.tokens = logBurst
-	} else {
-		l.tokens = min(logBurst, l.tokens+now.Sub(l.last).Seconds()*logRate)
-	}
-	l.last = now
-	if l.tokens < 1 {
-		l.suppressed++
-		return false, 0
-	}
-	l.tokens--
-	n := l.suppressed
-	l.suppressed = 0
-	return true, n
-}
-
 // connLogf logs a connection-level message, subject to the rate limit.
 func (s *Server) connLogf(format string, args ...any) {
-	ok, n := s.connLog.allow(time.Now())
-	if !ok {
-		return
-	}
-	if n > 0 {
-		format += " (%d similar messages suppressed)"
-		args = append(args, n)
-	}
-	s.logf(format, args...)
+	s.connLog.logf(s.logf, format, args...)
 }

@@ -487,7 +487,7 @@ func TestServerNoLeaks(t *testing.T) {
 // verdict is consistent with the input: the fuzz target's invariants.
 func checkDecodeCall(t *testing.T, s *Server, in []byte) {
 	var call Call
-	h, out, v := s.decodeCall(in, &call, nil)
+	h, out, v := decodeCall(s.progs.Load(), in, &call, nil)
 	switch v {
 	case verdictDispatch:
 		if h == nil || len(out) != 0 {
