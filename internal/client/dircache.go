@@ -6,24 +6,25 @@ import "time"
 // (FOPEN_CACHE_DIR): filled by a listing read in sequence from offset 0 to
 // the end, and used for later listings while the directory's mtime and
 // the kernel's change counter for it (bumped by every change made through
-// the mount) are those it was filled at. Across opens only if OPENDIR
-// says so (FOPEN_KEEP_CACHE), which the core does while it holds the
+// the mount) are those it was filled at. Across opens only if OPENDIR says
+// so (FOPEN_KEEP_CACHE), which the core does while it holds the
 // directory's complete listing for its current version and the kernel
 // still holds the names a plus listing of it gave (after that, listing it
 // again refreshes them in a few requests, where the cache would cost a
-// LOOKUP each): the kernel's
-// contents came from a listing the core served, which the core's own
-// changes keep up to date and which it drops the moment it learns of
-// another version. And then it tells the kernel to drop its contents too
-// (listingChangedLocked): a directory kept open and rewound is not read
-// from the old contents, and the kernel asks for the directory's
-// attributes again, which show the new mtime.
+// LOOKUP each). The kernel's contents came from a listing the core served,
+// which the core's own changes keep up to date and which it drops the
+// moment it learns of another version; then it tells the kernel to drop
+// its contents too (listingChangedLocked), so a directory kept open and
+// rewound is not read from the old contents, and the kernel asks for the
+// directory's attributes again, which show the new mtime.
 //
 // The kernel's offsets are the core's (dirOffset): a listing served from
-// the kernel's cache whose pages the kernel then loses (memory pressure,
-// an invalidation) goes on from the core at the offset the reader reached,
+// the kernel's cache whose pages the kernel then loses (reclaim, an
+// invalidation) goes on from the core at the offset the reader reached,
 // which the stream never handed out itself. The stream resumes after the
-// entry the offset names in the listing kept at OPENDIR.
+// entry the offset names in the listing kept at OPENDIR, or the
+// directory's current listing (another stream may have filled the
+// kernel's cache from it).
 
 // DirCache says whether the kernel may keep the contents of the directory
 // stream dh (just opened) in its page cache, and whether what it kept from
@@ -47,6 +48,7 @@ func (fs *FS) DirCache(dh uint64) (cache, keep bool) {
 	if dir.list == nil || !dir.namesValidLocked() {
 		return true, false
 	}
+	d.kept = dir.list
 	if fs.opts.RdirPlus && !fs.now().Before(dir.list.kernelUntil) {
 		// The kernel's names from the last plus listing expired: listed
 		// from its cache, every name would be looked up again (a
@@ -54,7 +56,6 @@ func (fs *FS) DirCache(dh uint64) (cache, keep bool) {
 		// where listing it again refreshes them all in a few requests.
 		return true, false
 	}
-	d.kept = dir.list
 	return true, true
 }
 
@@ -96,18 +97,30 @@ func (fs *FS) listingChangedLocked(dir *inode) {
 	fs.notify.InvalidateData(dir.id)
 }
 
-// seekKeptLocked prepares d to resume after the entry offset names in the
-// listing kept at OPENDIR, for a seek to an offset the stream never handed
-// out (the kernel served it from its cache): from that listing if it is
-// still the directory's complete listing, else from the server's cookie
-// after the entry. It reports whether the listing has such an entry.
+// seekKeptLocked prepares d to resume after the entry offset names, for a
+// seek to an offset the stream never handed out (the kernel served it from
+// its cache): in the listing kept at OPENDIR, or else the directory's
+// current one. From that listing itself if it is the directory's current
+// complete listing, else from the server's cookie after the entry. It
+// reports whether the listing has such an entry.
 //
 // LOCKS_REQUIRED(d.mu)
 func (fs *FS) seekKeptLocked(d *openDir, offset uint64, plus bool) bool {
 	dir := d.node
 	dir.mu.Lock()
 	defer dir.mu.Unlock()
-	if dir.list == d.kept {
+	current := dir.list
+	if !dir.namesValidLocked() {
+		current = nil
+	}
+	l := d.kept
+	if l == nil {
+		l = current
+	}
+	if l == nil {
+		return false
+	}
+	if l == current {
 		if s, ok := fs.listSnapshotLocked(dir, plus); ok {
 			for i := range s.entries {
 				if s.entries[i].Cookie == offset {
@@ -118,10 +131,10 @@ func (fs *FS) seekKeptLocked(d *openDir, offset uint64, plus bool) bool {
 			}
 		}
 	}
-	for name, e := range d.kept.entries {
+	for name, e := range l.entries {
 		if fs.dirOffset(name) == offset {
 			d.marks[offset] = e.cookie
-			d.verf = d.kept.verf
+			d.verf = l.verf
 			return true
 		}
 	}
@@ -133,7 +146,7 @@ func (fs *FS) seekKeptLocked(d *openDir, offset uint64, plus bool) bool {
 //
 // LOCKS_REQUIRED(d.mu)
 func (fs *FS) seekDir(d *openDir, offset uint64, plus bool) error {
-	if _, ok := d.marks[offset]; !ok && d.kept != nil && d.indexOf(offset) < 0 {
+	if _, ok := d.marks[offset]; !ok && d.indexOf(offset) < 0 {
 		fs.seekKeptLocked(d, offset, plus)
 	}
 	return d.seek(offset)

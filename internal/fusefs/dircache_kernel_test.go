@@ -256,3 +256,48 @@ func TestKernelDirCacheRelistsExpiredNames(t *testing.T) {
 		t.Errorf("listing after the names expired: FUSE requests %v, RPCs %v; want READDIRPLUS requests answered from the core's listing after one GETATTR", s.FUSE, s.Ops)
 	}
 }
+
+// A directory opened before the core held its listing can be served from
+// the kernel's cache that another reader's listing filled meanwhile; when
+// the kernel then loses the pages, the first reader goes on from the core
+// at an offset it got from that cache.
+func TestKernelDirCacheResumesAnotherReadersListing(t *testing.T) {
+	e, mnt := mountKernel(t, envOpts{})
+	want := makeFiles(t, filepath.Join(e.dir, "d"), 300)
+	id := e.lookup(1, "d").NodeId
+	fd, err := unix.Open(filepath.Join(mnt, "d"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	listSorted(t, filepath.Join(mnt, "d")) // another reader, to the end
+	e.fs.ResetStats()
+	seen := map[string]int{}
+	read := func() int {
+		ents := getdents(t, fd, 512)
+		for _, d := range ents {
+			seen[d.name]++
+		}
+		return len(ents)
+	}
+	read()
+	if e.listings() != 0 {
+		t.Fatalf("the first reader was not served from the kernel's cache (%d listing requests)", e.listings())
+	}
+	if st := e.fs.notifier.srv.InodeNotify(id, 0, 0); st != 0 {
+		t.Fatalf("dropping the directory's pages: %v", st)
+	}
+	for read() > 0 {
+	}
+	if e.listings() == 0 {
+		t.Error("the listing did not go on from the daemon")
+	}
+	for _, name := range append(want, ".", "..") {
+		if seen[name] != 1 {
+			t.Errorf("%s listed %d times", name, seen[name])
+		}
+	}
+	if len(seen) != len(want)+2 {
+		t.Errorf("%d names, want %d", len(seen), len(want)+2)
+	}
+}
