@@ -28,7 +28,8 @@ fuzz-short:
 	FUZZTIME=$(FUZZTIME) scripts/fuzz-short.sh
 
 # The benchmark suite's short mode asserts the deterministic RPC counts
-# (write-back, fixups, no-op build): a regression in RPCs fails CI.
+# (write-back, fixups, no-op build, the everyday workloads' budgets): a
+# regression in RPCs fails CI.
 bench-quick:
 	bench/run --quick
 

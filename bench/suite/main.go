@@ -1,13 +1,16 @@
 // Command suite replays hushfs's client experiments through a real FUSE
 // mount and counts what they cost: for each workload (a lua build, listing
 // a 100,000-entry directory with and without concurrent changes, rm -rf of
-// a tree, sequential and scattered writes) it starts a fresh server
+// a tree, sequential and scattered writes, and everyday work on real trees:
+// untar, git clone/status, grep -r, du -s, rm -rf, configure && make) it
+// starts a fresh server
 // (nfs-ganesha with FSAL VFS, or `hushfs serve`), puts `hushfs proxy --rtt R`
 // in front of it, mounts hushfs through the proxy and runs the phases. Per
 // phase it records the RPCs per procedure as `hushfs stats` counts them and
 // as the proxy counts them independently (they must agree), the workload's
-// wall, user and system time, and whether the phase's result is right. It
-// writes results.md, results.json and chart.svg, with the Linux kernel
+// wall, user and system time, and whether the phase's result is right;
+// the same work on local disk in the same run gives the "× local" figure.
+// It writes results.md, results.json and chart.svg, with the Linux kernel
 // client's figures for the same phases beside hushfs's.
 //
 // Run it through bench/run, which installs what it needs and builds it. It
@@ -33,6 +36,7 @@ import (
 type config struct {
 	bin       string // the hushfs binary
 	luaTar    string // lua5.4_5.4.4.orig.tar.gz
+	cache     string // bench/.cache: the source tarballs of the everyday workloads
 	fixupSrc  string // bench/workloads/fixup.c
 	linuxPath string // bench/linux-6.1.json
 	quick     bool
@@ -55,12 +59,16 @@ type sizes struct {
 	ddMiB     int // MiB written by dd
 	seqMiB    int // MiB of the file read sequentially
 	noopRuns  int // times the no-op build is repeated (determinism check)
+	untar     tree
+	repo      tree // the tree the git workload's repository is made of
 }
 
-var fullSizes = sizes{lsFiles: 100_000, treeDirs: 200, treeFiles: 50, ddMiB: 64, seqMiB: 1024, noopRuns: 1}
-var quickSizes = sizes{lsFiles: 2_000, treeDirs: 20, treeFiles: 50, ddMiB: 8, seqMiB: 32, noopRuns: 3}
+var fullSizes = sizes{lsFiles: 100_000, treeDirs: 200, treeFiles: 50, ddMiB: 64, seqMiB: 1024, noopRuns: 1,
+	untar: sqliteTree, repo: busyboxTree}
+var quickSizes = sizes{lsFiles: 2_000, treeDirs: 20, treeFiles: 50, ddMiB: 8, seqMiB: 32, noopRuns: 3,
+	untar: zlibTree, repo: zlibTree}
 
-var allWorkloads = []string{"lua", "ls", "rmrf", "write"}
+var allWorkloads = []string{"lua", "ls", "rmrf", "write", "untar", "git", "zlib"}
 var allServers = []string{"ganesha", "hushfs"}
 
 func main() {
@@ -72,6 +80,7 @@ func run() int {
 	var rtts, servers string
 	flag.StringVar(&c.bin, "hushfs", "bin/hushfs", "the hushfs binary")
 	flag.StringVar(&c.luaTar, "lua-tar", "bench/.cache/lua5.4_5.4.4.orig.tar.gz", "lua 5.4.4 source tarball")
+	flag.StringVar(&c.cache, "cache", "bench/.cache", "directory of the source tarballs (sqlite, busybox, zlib) and the git repositories made from them")
 	flag.StringVar(&c.fixupSrc, "fixup-src", "bench/workloads/fixup.c", "source of the fixup program")
 	flag.StringVar(&c.linuxPath, "linux", "bench/linux-6.1.json", "the Linux client's figures")
 	flag.BoolVar(&c.quick, "quick", false, "short mode for CI: hushfs serve only, RTT 0, smaller sizes; asserts the deterministic RPC counts")
@@ -83,7 +92,7 @@ func run() int {
 	flag.StringVar(&c.mountOpts, "mount-opts", "", "extra hushfs mount options (e.g. nocto,actimeo=600), recorded in the report")
 	flag.DurationVar(&c.maxPhase, "max-phase", 0, "cap every phase's time limit at this (0: the per-phase defaults)")
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: suite [flags] [lua|ls|rmrf|write ...]")
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: suite [flags] [lua|ls|rmrf|write|untar|git|zlib ...]")
 		flag.PrintDefaults()
 	}
 	render := flag.String("render", "", "only rewrite results.md and chart.svg in this results directory from its results.json")
@@ -153,7 +162,7 @@ func run() int {
 	if c.latest == "" && full {
 		c.latest = filepath.Join("bench", "results", "latest")
 	}
-	for _, p := range []*string{&c.bin, &c.luaTar, &c.fixupSrc, &c.linuxPath, &c.out} {
+	for _, p := range []*string{&c.bin, &c.luaTar, &c.cache, &c.fixupSrc, &c.linuxPath, &c.out} {
 		abs, err := filepath.Abs(*p)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "suite: %v\n", err)
@@ -215,8 +224,12 @@ func (s *suite) runAll() int {
 		rttList(c.rtts), strings.Join(c.workloads, ","), c.out)
 	ok := harness.Run(func(t *harness.Program) {
 		s.prepare(t)
-		if slices.Contains(c.workloads, "lua") && !c.quick {
-			s.localLua(t)
+		// The same work on local disk first (quick mode asserts counts,
+		// and local disk has none).
+		for _, w := range c.workloads {
+			if !c.quick && workloads[w].local != nil && s.ctx.Err() == nil {
+				s.runLocal(t, w)
+			}
 		}
 		for _, server := range c.servers {
 			for _, rtt := range c.rtts {

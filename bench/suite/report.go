@@ -21,7 +21,8 @@ var serverOrder = map[string]int{"ganesha": 0, "hushfs": 1, "local disk": 2}
 var serverTitle = map[string]string{"ganesha": "nfs-ganesha", "hushfs": "hushfs serve", "local disk": "local disk"}
 
 // ordered returns the phases sorted by workload and phase (in the order
-// they first ran), then RTT, then server.
+// the workload declares them, then the order they first ran), then RTT,
+// then server.
 func ordered(phases []*Phase) []*Phase {
 	first := map[string]int{}
 	for i, p := range phases {
@@ -40,6 +41,9 @@ func ordered(phases []*Phase) []*Phase {
 		if wl[a.Workload] != wl[b.Workload] {
 			return wl[a.Workload] < wl[b.Workload]
 		}
+		if ra, rb := phaseRank(a), phaseRank(b); ra != rb {
+			return ra < rb
+		}
 		fa, fb := first[a.Workload+"\x00"+a.Label], first[b.Workload+"\x00"+b.Label]
 		if fa != fb {
 			return fa < fb
@@ -50,6 +54,19 @@ func ordered(phases []*Phase) []*Phase {
 		return serverOrder[a.Server] < serverOrder[b.Server]
 	})
 	return out
+}
+
+// phaseRank is a phase's place among its workload's declared phases (the
+// git workload runs them in another order than people read them).
+func phaseRank(p *Phase) int {
+	if w, ok := workloads[p.Workload]; ok {
+		for i, pn := range w.phases(fullSizes, 0) {
+			if pn.id == p.ID {
+				return i
+			}
+		}
+	}
+	return math.MaxInt
 }
 
 func rttCell(ms float64) string {
@@ -205,10 +222,11 @@ func agreeCell(p *Phase) string {
 
 func dur(s float64) string { return benchfmt.Secs(time.Duration(s * float64(time.Second))) }
 
-// localWall returns the local build's wall time for a lua phase label.
-func localWall(r *Report, label string) float64 {
+// localWall returns the wall time of the same phase on local disk (0 if
+// there is none).
+func localWall(r *Report, p *Phase) float64 {
 	for _, l := range r.Local {
-		if l.Label == label && l.Status == "ok" {
+		if l.Workload == p.Workload && l.ID == p.ID && l.Status == "ok" {
 			return l.WallS
 		}
 	}
@@ -237,7 +255,7 @@ func table(r *Report) string {
 			wall, user, sys = dur(p.WallS), dur(p.UserS), dur(p.SysS)
 			// Against the local build where that takes long enough for
 			// the ratio to mean something.
-			if l := localWall(r, p.Label); l >= 1 && p.Status == "ok" {
+			if l := localWall(r, p); l >= 1 && p.Status == "ok" {
 				wall += fmt.Sprintf(" (%.1f× local)", p.WallS/l)
 			}
 		}
@@ -335,6 +353,39 @@ func summary(r *Report) string {
 	return b.String()
 }
 
+// everydayTable is the everyday workloads beside local disk: wall, × local
+// and every procedure's calls, per server and RTT.
+func everydayTable(r *Report) string {
+	var b strings.Builder
+	b.WriteString("| phase | server | RTT | local | wall | × local | RPCs | per procedure | result |\n")
+	b.WriteString("|---|---|---|--:|--:|--:|--:|---|---|\n")
+	for _, p := range ordered(r.Phases) {
+		if !everyday(p) {
+			continue
+		}
+		local, wall, ratio, procs := "", "", "", ""
+		if l := localWall(r, p); l > 0 {
+			local = dur(l)
+			if p.Status == "ok" {
+				ratio = fmt.Sprintf("%.0f×", p.WallS/l)
+				if p.WallS/l < 10 {
+					ratio = fmt.Sprintf("%.1f×", p.WallS/l)
+				}
+			}
+		}
+		if p.Status == "ok" || p.Status == "timeout" {
+			wall = dur(p.WallS)
+			procs = topProcs(p, 100)
+		}
+		if !p.Agree && p.Status != "not run" && p.Status != "failed" {
+			procs += " (proxy ≠ stats: " + p.AgreeDetail + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", esc(p.Label), serverTitle[p.Server],
+			rttCell(p.RTTms), local, wall, ratio, rpcCell(p), esc(procs), esc(resultCell(p)))
+	}
+	return b.String()
+}
+
 // setupTable lists the setup phases (make clean).
 func setupTable(r *Report) string {
 	var b strings.Builder
@@ -356,9 +407,10 @@ func setupTable(r *Report) string {
 
 func localTable(r *Report) string {
 	var b strings.Builder
-	b.WriteString("| phase | wall | user | sys | result |\n|---|--:|--:|--:|---|\n")
+	b.WriteString("| workload | phase | wall | user | sys | runs | result |\n|---|---|--:|--:|--:|---|---|\n")
 	for _, p := range r.Local {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", esc(p.Label), dur(p.WallS), dur(p.UserS), dur(p.SysS), esc(resultCell(p)))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", p.Workload, esc(p.Label), dur(p.WallS), dur(p.UserS), dur(p.SysS),
+			esc(p.Note), esc(resultCell(p)))
 	}
 	return b.String()
 }
@@ -393,6 +445,14 @@ func markdown(r *Report) string {
 	fmt.Fprintf(&b, "Servers: %s. Proxy RTT: %s. Sizes: bigdir %s entries; tree %d dirs × %d files; dd %d MiB.\n\n",
 		strings.Join(r.Servers, ", "), strings.Join(r.RTTs, ", "), benchfmt.Commas(uint64(r.Sizes.LsFiles)),
 		r.Sizes.TreeDirs, r.Sizes.TreeFiles, r.Sizes.DdMiB)
+	for _, t := range []struct{ what, tree string }{{"untar", r.Sizes.Untar}, {"git clone", r.Sizes.Repo}, {"configure && make", r.Sizes.Zlib}} {
+		if t.tree != "" {
+			fmt.Fprintf(&b, "- %s: %s\n", t.what, t.tree)
+		}
+	}
+	if r.Sizes.Untar != "" || r.Sizes.Repo != "" || r.Sizes.Zlib != "" {
+		b.WriteString("\n")
+	}
 	if r.MountOpts != "" {
 		fmt.Fprintf(&b, "Extra mount options: `%s`.\n\n", r.MountOpts)
 	}
@@ -416,8 +476,17 @@ func markdown(r *Report) string {
 		b.WriteString("MB/s is 10^6 bytes per second of the workload's wall time; peak RSS is the mount daemon's VmHWM.\n\n")
 		b.WriteString(throughputTable(r))
 	}
+	if slices.ContainsFunc(r.Phases, everyday) {
+		b.WriteString("\n## Everyday workloads\n\n")
+		b.WriteString("Real trees (listed above); *local* is the same work on local disk in the same run, ")
+		b.WriteString("warm (local disk has no attributes to expire), the median of its runs. ")
+		fmt.Fprintf(&b, "*Expired*: the mount sat idle %s first, past the longest attribute lifetime its options allow, so every cached attribute had expired. ", dur(r.Sizes.ExpireWaitS))
+		b.WriteString("git status runs on the mount that cloned; grep -r on a fresh mount, then du -s and rm -rf on that one. ")
+		b.WriteString("Calls per procedure from `hushfs stats` (the proxy agreed unless marked). A mount's wall time is one run: noisy on a shared machine.\n\n")
+		b.WriteString(everydayTable(r))
+	}
 	if len(r.Local) > 0 {
-		b.WriteString("\n## The lua build on local disk\n\n")
+		b.WriteString("\n## The same work on local disk\n\n")
 		b.WriteString(localTable(r))
 	}
 	if slices.ContainsFunc(r.Phases, func(p *Phase) bool { return setupPhases[p.ID] }) {
@@ -427,6 +496,12 @@ func markdown(r *Report) string {
 	if len(r.Asserts) > 0 {
 		b.WriteString("\n## Asserted RPC counts (quick mode)\n\n")
 		b.WriteString(assertTable(r.Asserts))
+		if len(r.LowerBudgets) > 0 {
+			b.WriteString("\nWell under budget (the client improved; lower these budgets):\n\n")
+			for _, l := range r.LowerBudgets {
+				fmt.Fprintf(&b, "- %s\n", esc(l))
+			}
+		}
 	}
 	b.WriteString("\n## Problems\n\n")
 	if len(r.Problems) == 0 {

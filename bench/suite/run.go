@@ -68,7 +68,7 @@ func (s *suite) runWorkload(server string, rtt time.Duration, workload string) {
 			t.Fatalf("%s: %v", r.tag, err)
 		}
 		w := workloads[workload]
-		declared = w.phases(s.cfg.sizes)
+		declared = w.phases(s.cfg.sizes, rtt)
 		s.logf("%s: preparing the export", r.tag)
 		prep := time.Now()
 		if err := w.setup(r); err != nil {
@@ -272,8 +272,10 @@ type step struct {
 	script string // run with sh -c
 	dir    string
 	limit  time.Duration
-	churn  string // a directory (on the export) to churn during the phase
-	bytes  int64  // data the phase moves, for its MB/s (0: not a throughput phase)
+	churn  string   // a directory (on the export) to churn during the phase
+	bytes  int64    // data the phase moves, for its MB/s (0: not a throughput phase)
+	env    []string // added to the workload's environment
+	note   string   // for the report (how the phase started)
 	check  func(x *execResult) (string, bool)
 }
 
@@ -345,6 +347,7 @@ func (r *wrun) phase(m *harness.Mount, st step) (*Phase, bool) {
 	} else {
 		r.fill(p, m)
 	}
+	p.Note = st.note
 	if stopChurn != nil {
 		n, err := stopChurn()
 		p.Note = fmt.Sprintf("churn: %d files created and removed", n)
@@ -459,6 +462,9 @@ func (r *wrun) start(st step) (*handle, error) {
 	// killed process's children are reaped by init and their rusage lost).
 	cmd := exec.Command("sh", "-c", "exec "+st.script)
 	cmd.Dir = st.dir
+	if len(st.env) > 0 {
+		cmd.Env = append(os.Environ(), st.env...)
+	}
 	cmd.Stdout, cmd.Stderr = out, errf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	h := &handle{cmd: cmd, exited: make(chan struct{}), out: outPath, errf: errPath}
@@ -750,10 +756,18 @@ func startChurn(dir string) func() (int, error) {
 // runQuiet runs a short command (a check) with a deadline and returns its
 // combined output.
 func runQuiet(ctx context.Context, d time.Duration, dir string, name string, args ...string) (string, error) {
+	return runEnv(ctx, d, dir, nil, name, args...)
+}
+
+// runEnv is runQuiet with variables added to the environment.
+func runEnv(ctx context.Context, d time.Duration, dir string, env []string, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.WaitDelay = 2 * time.Second
 	out, err := cmd.CombinedOutput()
 	return string(out), err

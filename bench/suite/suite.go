@@ -33,6 +33,9 @@ type Report struct {
 	Phases []*Phase `json:"phases"`
 	// Asserts are quick mode's RPC count assertions.
 	Asserts []Assert `json:"asserts,omitempty"`
+	// LowerBudgets lists the counts quick mode found well under their
+	// budgets: the client improved, the budgets should follow.
+	LowerBudgets []string `json:"lower_budgets,omitempty"`
 	// Problems lists every wrong result, count mismatch, failed assertion
 	// and workload that could not run.
 	Problems []string `json:"problems"`
@@ -57,6 +60,13 @@ type Sizes struct {
 	TreeDirs  int `json:"tree_dirs"`
 	TreeFiles int `json:"tree_files"`
 	DdMiB     int `json:"dd_mib"`
+	// The real trees of the everyday workloads: source, files, dirs.
+	Untar string `json:"untar,omitempty"`
+	Repo  string `json:"repo,omitempty"`
+	Zlib  string `json:"zlib,omitempty"`
+	// ExpireWaitS is how long a mount sat idle before the "expired"
+	// phases, past the longest attribute lifetime.
+	ExpireWaitS float64 `json:"expire_wait_s,omitempty"`
 }
 
 // Phase is one phase of one workload against one server at one RTT.
@@ -137,6 +147,13 @@ type suite struct {
 	cfg   config
 	work  string // scratch directory for the whole run
 	fixup string // the compiled fixup program
+	// expire is how long a mount sits idle before a phase that needs
+	// every cached attribute expired (expireWait).
+	expire time.Duration
+	// gitHead is the commit of the git workload's repository; gitEnv the
+	// environment of its git commands (their own configuration).
+	gitHead string
+	gitEnv  []string
 
 	mu     sync.Mutex
 	report Report
@@ -155,14 +172,24 @@ func newSuite(ctx context.Context, c config) (*suite, error) {
 	if _, err := os.Stat(c.luaTar); err != nil {
 		return nil, fmt.Errorf("lua source (bench/run fetches it): %w", err)
 	}
-	s := &suite{ctx: ctx, cfg: c}
+	for _, t := range []tree{c.sizes.untar, c.sizes.repo, zlibTree} {
+		if _, err := os.Stat(filepath.Join(c.cache, t.tarball)); err != nil {
+			return nil, fmt.Errorf("%s source (bench/run fetches it): %w", t.name, err)
+		}
+	}
+	expire, err := expireWait(c.mountOpts)
+	if err != nil {
+		return nil, fmt.Errorf("--mount-opts: %w", err)
+	}
+	s := &suite{ctx: ctx, cfg: c, expire: expire}
 	s.report.Mode = map[bool]string{true: "quick", false: "full"}[c.quick]
 	s.report.MountOpts = c.mountOpts
 	s.report.Servers = c.servers
 	for _, d := range c.rtts {
 		s.report.RTTs = append(s.report.RTTs, rttName(d))
 	}
-	s.report.Sizes = Sizes{LsFiles: c.sizes.lsFiles, TreeDirs: c.sizes.treeDirs, TreeFiles: c.sizes.treeFiles, DdMiB: c.sizes.ddMiB}
+	s.report.Sizes = Sizes{LsFiles: c.sizes.lsFiles, TreeDirs: c.sizes.treeDirs, TreeFiles: c.sizes.treeFiles, DdMiB: c.sizes.ddMiB,
+		ExpireWaitS: expire.Seconds()}
 	s.report.Linux = linux
 	s.report.Problems = []string{}
 	s.report.Host = hostInfo()
@@ -185,7 +212,9 @@ func hostInfo() HostInfo {
 	return h
 }
 
-// prepare makes the scratch directory and compiles the fixup program.
+// prepare makes the scratch directory, compiles the fixup program, makes
+// the git workload's repository (once, in the cache) and describes the
+// real trees for the report.
 func (s *suite) prepare(t *harness.Program) {
 	s.work = t.TempDir()
 	s.fixup = filepath.Join(s.work, "fixup")
@@ -193,6 +222,26 @@ func (s *suite) prepare(t *harness.Program) {
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, "gcc", "-O2", "-Wall", "-o", s.fixup, s.cfg.fixupSrc).CombinedOutput(); err != nil {
 		t.Fatalf("compile %s: %v\n%s", s.cfg.fixupSrc, err, out)
+	}
+	sz := s.cfg.sizes
+	var err error
+	if s.gitEnv, err = writeGitConfig(filepath.Join(s.work, "gitconfig")); err != nil {
+		t.Fatalf("git configuration: %v", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.cfg.workloads {
+		switch w {
+		case "untar":
+			s.report.Sizes.Untar = treeSummary(s.ctx, sz.untar, s.tarball(sz.untar))
+		case "git":
+			if s.gitHead, err = ensureRepo(s.ctx, sz.repo, s.tarball(sz.repo), s.repoPath(sz.repo), s.work); err != nil {
+				t.Fatalf("the git workload's repository: %v", err)
+			}
+			s.report.Sizes.Repo = fmt.Sprintf("%s, commit %.12s", treeSummary(s.ctx, sz.repo, s.tarball(sz.repo)), s.gitHead)
+		case "zlib":
+			s.report.Sizes.Zlib = treeSummary(s.ctx, zlibTree, s.tarball(zlibTree))
+		}
 	}
 }
 
@@ -360,9 +409,19 @@ func (s *suite) assertQuick() {
 			OK:   noopOK,
 		})
 	}
+	// The everyday workloads, per procedure against their budgets.
+	bas, lower := checkBudgets(phases)
+	as = append(as, bas...)
 	s.mu.Lock()
 	s.report.Asserts = as
+	s.report.LowerBudgets = lower
 	s.mu.Unlock()
+	if lit := budgetLiteral(phases); lit != "" {
+		s.logf("\neveryday counts measured (quickBudgets entries, bench/suite/budgets.go):\n%s", lit)
+	}
+	for _, l := range lower {
+		s.logf("well under budget: %s", l)
+	}
 	for _, a := range as {
 		if !a.OK {
 			s.problem("RPC count regression: %s: want %s, got %s", a.What, a.Want, a.Got)

@@ -20,18 +20,25 @@ import (
 )
 
 // workload is one of the experiments: what it creates directly in the
-// export before the server starts, its phases, and how it runs them.
+// export before the server starts, its phases (at an RTT), how it runs
+// them, and (if it has one) the same work on local disk, the figure a user
+// compares with: local prepares a local directory (r.export) and returns
+// the steps to run there.
 type workload struct {
-	phases func(sz sizes) []phaseName
+	phases func(sz sizes, rtt time.Duration) []phaseName
 	setup  func(r *wrun) error
 	run    func(r *wrun)
+	local  func(r *wrun) []step
 }
 
 var workloads = map[string]workload{
-	"lua":   {luaPhases, luaSetup, luaRun},
-	"ls":    {lsPhases, lsSetup, lsRun},
-	"rmrf":  {rmrfPhases, rmrfSetup, rmrfRun},
-	"write": {writePhases, writeSetup, writeRun},
+	"lua":   {luaPhases, luaSetup, luaRun, luaLocal},
+	"ls":    {lsPhases, lsSetup, lsRun, lsLocal},
+	"rmrf":  {rmrfPhases, rmrfSetup, rmrfRun, nil},
+	"write": {writePhases, writeSetup, writeRun, nil},
+	"untar": {untarPhases, untarSetup, untarRun, untarLocal},
+	"git":   {gitPhases, gitSetup, gitRun, gitLocal},
+	"zlib":  {zlibPhases, zlibSetup, zlibRun, zlibLocal},
 }
 
 // limit is a phase's time limit: the full-mode default, or at most two
@@ -61,7 +68,7 @@ func luaNoop(i int) phaseName {
 	return phaseName{"noop", fmt.Sprintf("noop #%d", i+1)}
 }
 
-func luaPhases(sz sizes) []phaseName {
+func luaPhases(sz sizes, _ time.Duration) []phaseName {
 	ps := []phaseName{luaClean1, luaBuild1, luaClean2, luaBuild2}
 	for i := range sz.noopRuns {
 		ps = append(ps, luaNoop(i))
@@ -74,8 +81,8 @@ func luaSetup(r *wrun) error {
 }
 
 func untar(r *wrun, tarball, dir string) error {
-	if out, err := runQuiet(r.s.ctx, 2*time.Minute, dir, "tar", "xzf", tarball); err != nil {
-		return fmt.Errorf("tar xzf %s: %w\n%s", tarball, err, out)
+	if out, err := runQuiet(r.s.ctx, 2*time.Minute, dir, "tar", "xf", tarball); err != nil {
+		return fmt.Errorf("tar xf %s: %w\n%s", tarball, err, out)
 	}
 	return nil
 }
@@ -109,53 +116,13 @@ func luaRun(r *wrun) {
 	r.unmount(m, false)
 }
 
-// localLua times the same build on local disk, the figure a user compares
-// a network build with.
-func (s *suite) localLua(t *harness.Program) {
-	s.logf("[local disk] lua: the same build on local disk, for comparison")
-	dir := filepath.Join(s.work, "local")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatalf("%v", err)
+// luaLocal is the same build on local disk.
+func luaLocal(r *wrun) []step {
+	if err := untar(r, r.s.cfg.luaTar, r.export); err != nil {
+		r.t.Fatalf("%s: %v", r.tag, err)
 	}
-	r := &wrun{s: s, t: t, server: "local disk", workload: "lua", tag: "[local disk] lua", work: dir}
-	if err := untar(r, s.cfg.luaTar, dir); err != nil {
-		t.Fatalf("%v", err)
-	}
-	src := filepath.Join(dir, luaDir)
-	for _, st := range luaSteps(r, src, src) {
-		if s.ctx.Err() != nil {
-			return
-		}
-		fmt.Printf("%s: %-16s ", r.tag, st.label)
-		h, err := r.start(st)
-		if err != nil {
-			t.Fatalf("%v", err)
-		}
-		x := h.wait(s.ctx, st.limit)
-		p := r.newPhase(st.phaseName)
-		p.Agree = true // no counters: nothing to disagree
-		if x.timedOut || x.stopped {
-			h.kill(10 * time.Second)
-			y := h.result()
-			y.timedOut, y.stopped = x.timedOut, x.stopped
-			x = y
-			p.Status, p.Check = "timeout", fmt.Sprintf("timed out after %s", benchfmt.Secs(st.limit))
-			if x.stopped {
-				p.Status, p.Check = "not run", "interrupted"
-			}
-		} else {
-			p.Status = "ok"
-			p.Check, p.CheckOK = st.check(&x)
-			if !p.CheckOK {
-				s.problem("%s %s: %s", r.tag, st.label, p.Check)
-			}
-		}
-		p.WallS, p.UserS, p.SysS = x.wall.Seconds(), x.user.Seconds(), x.sys.Seconds()
-		fmt.Printf("%8s  user %s sys %s  %s\n", benchfmt.Secs(x.wall), benchfmt.Secs(x.user), benchfmt.Secs(x.sys), p.Check)
-		s.mu.Lock()
-		s.report.Local = append(s.report.Local, p)
-		s.mu.Unlock()
-	}
+	src := filepath.Join(r.export, luaDir)
+	return luaSteps(r, src, src)
 }
 
 func exitProblem(x *execResult) (string, bool) {
@@ -214,13 +181,30 @@ func checkBuild(r *wrun, x *execResult, dir string, noop bool) (string, bool) {
 // ---- W-ls: list a big directory, with and without concurrent changes.
 
 var (
-	lsF      = phaseName{"ls-f", "ls -f"}
-	lsL      = phaseName{"ls-l", "ls -l"}
-	lsFChurn = phaseName{"ls-f-churn", "ls -f + churn"}
-	lsLChurn = phaseName{"ls-l-churn", "ls -l + churn"}
+	lsF        = phaseName{"ls-f", "ls -f"}
+	lsL        = phaseName{"ls-l", "ls -l"}
+	lsLCached  = phaseName{"ls-l-cached", "ls -l, cached"}
+	lsLExpired = phaseName{"ls-l-expired", "ls -l, expired"}
+	lsFChurn   = phaseName{"ls-f-churn", "ls -f + churn"}
+	lsLChurn   = phaseName{"ls-l-churn", "ls -l + churn"}
 )
 
-func lsPhases(sizes) []phaseName { return []phaseName{lsF, lsL, lsFChurn, lsLChurn} }
+// lsPhases: the listings again, fully cached and with every attribute
+// expired, at RTT 0 only (expired, it is one GETATTR per entry today:
+// 100,000 × 10 ms would be 17 minutes).
+func lsPhases(_ sizes, rtt time.Duration) []phaseName {
+	if rtt == 0 {
+		return []phaseName{lsF, lsL, lsLCached, lsLExpired, lsFChurn, lsLChurn}
+	}
+	return []phaseName{lsF, lsL, lsFChurn, lsLChurn}
+}
+
+// bigdirAge is how old bigdir and its files look: a directory that has been
+// there a while, whose attributes the client keeps for acregmax/acdirmax
+// (a tenth of the age, capped) from the listing that brought them, so that
+// the cached listing finds every one still valid however long the cold
+// listing took.
+const bigdirAge = time.Hour
 
 func lsName(i int) string { return fmt.Sprintf("f%06d", i) }
 
@@ -230,17 +214,17 @@ func lsName(i int) string { return fmt.Sprintf("f%06d", i) }
 // intact each time; the server is started afresh all the same.
 func lsSetup(r *wrun) error {
 	dir := filepath.Join(r.export, "bigdir")
-	n := r.s.cfg.sizes.lsFiles
-	kept := filepath.Join(r.s.work, "bigdir")
-	if intactBigdir(kept, n) {
-		if err := os.Rename(kept, dir); err != nil {
-			return err
-		}
-	} else {
-		os.RemoveAll(kept)
-		if err := makeBigdir(r.s.ctx, dir, n); err != nil {
-			return err
-		}
+	kept, err := ensureBigdir(r.s)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(kept, dir); err != nil {
+		return err
+	}
+	// The churn phases of an earlier run changed the directory.
+	old := time.Now().Add(-bigdirAge)
+	if err := os.Chtimes(dir, old, old); err != nil {
+		return err
 	}
 	// Registered before the server and the mounts start, so run after
 	// they are gone.
@@ -272,23 +256,63 @@ func intactBigdir(dir string, n int) bool {
 	return true
 }
 
+// makeBigdir makes dir with n empty files, all dated bigdirAge back.
 func makeBigdir(ctx context.Context, dir string, n int) error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
 	}
+	old := time.Now().Add(-bigdirAge)
 	for i := 1; i <= n; i++ {
 		if i%1000 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		f, err := os.OpenFile(filepath.Join(dir, lsName(i)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		name := filepath.Join(dir, lsName(i))
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 		if err != nil {
 			return err
 		}
 		if err := f.Close(); err != nil {
 			return err
 		}
+		if err := os.Chtimes(name, old, old); err != nil {
+			return err
+		}
 	}
-	return nil
+	return os.Chtimes(dir, old, old)
+}
+
+// ensureBigdir makes the suite's bigdir (kept in its scratch directory
+// between runs) unless it is there, intact.
+func ensureBigdir(s *suite) (string, error) {
+	kept := filepath.Join(s.work, "bigdir")
+	if intactBigdir(kept, s.cfg.sizes.lsFiles) {
+		return kept, nil
+	}
+	os.RemoveAll(kept)
+	return kept, makeBigdir(s.ctx, kept, s.cfg.sizes.lsFiles)
+}
+
+// lsStep lists bigdir (in dir) with ls -f or ls -l.
+func lsStep(r *wrun, pn phaseName, dir string, long, churn bool, limit time.Duration) step {
+	st := step{phaseName: pn, script: "ls -f bigdir", dir: dir, limit: r.limit(limit),
+		check: func(x *execResult) (string, bool) {
+			return checkLs(x, r.s.cfg.sizes.lsFiles, long, churn)
+		}}
+	if long {
+		st.script = "ls -l bigdir"
+	}
+	return st
+}
+
+// lsLocal lists bigdir on local disk with ls -l, once for each of the
+// cached and expired listings (local disk has no attributes to expire).
+func lsLocal(r *wrun) []step {
+	kept, err := ensureBigdir(r.s)
+	if err != nil {
+		r.t.Fatalf("%s: bigdir: %v", r.tag, err)
+	}
+	dir := filepath.Dir(kept)
+	return []step{lsStep(r, lsLCached, dir, true, false, 5*time.Minute), lsStep(r, lsLExpired, dir, true, false, 5*time.Minute)}
 }
 
 func lsRun(r *wrun) {
@@ -309,20 +333,34 @@ func lsRun(r *wrun) {
 		}
 		// A fresh mount for each: nothing cached from the previous phase.
 		m := r.mount()
-		st := step{phaseName: c.pn, script: "ls -f bigdir", dir: m.Dir, limit: r.limit(c.limit),
-			check: func(x *execResult) (string, bool) {
-				return checkLs(x, r.s.cfg.sizes.lsFiles, c.long, c.churn)
-			}}
-		if c.long {
-			st.script = "ls -l bigdir"
-		}
+		st := lsStep(r, c.pn, m.Dir, c.long, c.churn, c.limit)
 		if c.churn {
 			st.churn = churnDir
 		}
-		if _, ok := r.phase(m, st); ok {
-			r.unmount(m, false)
+		if _, ok := r.phase(m, st); !ok {
+			continue
 		}
+		if c.pn == lsL && r.rtt == 0 && !r.lsAgain(m) {
+			continue
+		}
+		r.unmount(m, false)
 	}
+}
+
+// lsAgain lists bigdir again on the mount of the cold ls -l: at once, with
+// everything cached, then once every cached attribute has expired.
+func (r *wrun) lsAgain(m *harness.Mount) bool {
+	if _, ok := r.phase(m, lsStep(r, lsLCached, m.Dir, true, false, 5*time.Minute)); !ok {
+		return false
+	}
+	if !r.idle() {
+		r.unmount(m, true)
+		return false
+	}
+	st := lsStep(r, lsLExpired, m.Dir, true, false, 10*time.Minute)
+	st.note = r.expiredNote()
+	_, ok := r.phase(m, st)
+	return ok
 }
 
 // checkLs checks that the listing names every bigdir entry exactly once and
@@ -440,7 +478,7 @@ func checkLs(x *execResult, n int, long, churn bool) (string, bool) {
 
 var rmrfPhase = phaseName{"rm-rf", "rm -rf"}
 
-func rmrfPhases(sizes) []phaseName { return []phaseName{rmrfPhase} }
+func rmrfPhases(sizes, time.Duration) []phaseName { return []phaseName{rmrfPhase} }
 
 func rmrfSetup(r *wrun) error {
 	sz := r.s.cfg.sizes
@@ -498,7 +536,7 @@ var (
 
 const seqFile = "seq.bin"
 
-func writePhases(sizes) []phaseName {
+func writePhases(sizes, time.Duration) []phaseName {
 	return []phaseName{ddPhase, ddReadPhase, seqReadPhase, fixupPhase}
 }
 

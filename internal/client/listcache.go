@@ -1,7 +1,8 @@
 package client
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 	"time"
 
 	"hushfs/internal/nfs3"
@@ -35,6 +36,9 @@ type dirList struct {
 	end     uint64                // the server's cookie after its last entry
 	nextSeq uint64                // the order of the next name we add
 	made    bool                  // started empty by our MKDIR, not read from the server
+	// kernelUntil: the kernel holds the listing's names (dentries, from a
+	// plus pass of it to the end) until then (dircache.go).
+	kernelUntil time.Time
 }
 
 // listEntry is one name of a complete listing.
@@ -185,21 +189,27 @@ func (fs *FS) listSnapshotLocked(dir *inode, plus bool) (listSnapshot, bool) {
 	if l == nil || l.made || !dir.namesValidLocked() {
 		return listSnapshot{}, false
 	}
-	names := make([]string, 0, len(l.entries))
+	// Sorted with the entries at hand: looking them up by name in the
+	// comparison was most of a 100,000-entry snapshot's cost.
+	type named struct {
+		name string
+		e    *listEntry
+	}
+	order := make([]named, 0, len(l.entries))
 	for name, e := range l.entries {
 		if plus && e.plus == nil && name != "." && name != ".." {
 			return listSnapshot{}, false
 		}
-		names = append(names, name)
+		order = append(order, named{name, e})
 	}
-	sort.Slice(names, func(i, j int) bool { return l.entries[names[i]].seq < l.entries[names[j]].seq })
-	s := listSnapshot{entries: make([]DirEntry, len(names)), verf: l.verf}
+	slices.SortFunc(order, func(a, b named) int { return cmp.Compare(a.e.seq, b.e.seq) })
+	s := listSnapshot{entries: make([]DirEntry, len(order)), verf: l.verf}
 	if plus {
-		s.plus = make([]plusData, len(names))
+		s.plus = make([]plusData, len(order))
 	}
-	for i, name := range names {
-		e := l.entries[name]
-		s.entries[i] = DirEntry{Name: name, Ino: e.fileid, Mode: e.mode, Cookie: fs.dirOffset(name), cookie: e.cookie}
+	for i, o := range order {
+		e := o.e
+		s.entries[i] = DirEntry{Name: o.name, Ino: e.fileid, Mode: e.mode, Cookie: fs.dirOffset(o.name), cookie: e.cookie}
 		if plus && e.plus != nil {
 			s.plus[i] = *e.plus
 		}
