@@ -146,3 +146,25 @@ func TestMadeDirectoryChangedByAnother(t *testing.T) {
 		t.Fatalf("lookup after another client's create: %v, %+v", err, e.Attr)
 	}
 }
+
+// TestMadeDirectoryNotKeptByKernel: the kernel may keep a directory's
+// contents across opens only while the core holds a listing it serves; a
+// directory our MKDIR made has only its lookup listing (no "." and "..",
+// no server cookies to resume from).
+func TestMadeDirectoryNotKeptByKernel(t *testing.T) {
+	ts := startServer(t)
+	fs := ts.mount(t, "nordirplus")
+	ctx := ctxT(t)
+	d, err := fs.Mkdir(ctx, user, RootID, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dh, err := fs.OpenDir(ctx, user, d.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.ReleaseDir(dh)
+	if cache, keep := fs.DirCache(dh); !cache || keep {
+		t.Errorf("opendir of a directory we made: cache %v keep %v, want the kernel to cache it and keep nothing", cache, keep)
+	}
+}

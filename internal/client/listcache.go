@@ -108,6 +108,17 @@ func (fs *FS) madeEmptyLocked(dir *inode) {
 	dir.list = &dirList{entries: map[string]*listEntry{}, nextSeq: listSeqOwn, made: true}
 }
 
+// servedListLocked returns dir's complete listing for its current version
+// if it is one listings may be served from (not a made one), else nil.
+//
+// LOCKS_REQUIRED(dir.mu)
+func (dir *inode) servedListLocked() *dirList {
+	if l := dir.list; l != nil && !l.made && dir.namesValidLocked() {
+		return l
+	}
+	return nil
+}
+
 // listChangeLocked applies our own change of name in dir to its complete
 // listing: n is what the name now is (nil: removed). With no node to record
 // (a rename we could not follow), the listing is dropped. A name that stays
