@@ -45,11 +45,12 @@ func (fs *FS) DirCache(dh uint64) (cache, keep bool) {
 	defer d.mu.Unlock()
 	dir.mu.Lock()
 	defer dir.mu.Unlock()
-	if dir.list == nil || !dir.namesValidLocked() {
+	l := dir.servedListLocked()
+	if l == nil {
 		return true, false
 	}
-	d.kept = dir.list
-	if fs.opts.RdirPlus && !fs.now().Before(dir.list.kernelUntil) {
+	d.kept = l
+	if fs.opts.RdirPlus && !fs.now().Before(l.kernelUntil) {
 		// The kernel's names from the last plus listing expired: listed
 		// from its cache, every name would be looked up again (a
 		// LOOKUP request each, 100,000 for ls -l of 100,000 entries),
@@ -82,7 +83,7 @@ func (fs *FS) passEndedLocked(d *openDir) {
 	}
 	dir := d.node
 	dir.mu.Lock()
-	if l := dir.list; l != nil && dir.namesValidLocked() && d.namesUntil.After(l.kernelUntil) {
+	if l := dir.servedListLocked(); l != nil && d.namesUntil.After(l.kernelUntil) {
 		l.kernelUntil = d.namesUntil
 	}
 	dir.mu.Unlock()
@@ -109,10 +110,7 @@ func (fs *FS) seekKeptLocked(d *openDir, offset uint64, plus bool) bool {
 	dir := d.node
 	dir.mu.Lock()
 	defer dir.mu.Unlock()
-	current := dir.list
-	if !dir.namesValidLocked() {
-		current = nil
-	}
+	current := dir.servedListLocked()
 	l := d.kept
 	if l == nil {
 		l = current
