@@ -124,6 +124,15 @@ func (d *Decoder) SetErr(err error) {
 	}
 }
 
+// WrapErr replaces the recorded error, if any, with wrap(err): a decoder
+// of a composite type adds context (which element failed) to the first
+// failure of its parts.
+func (d *Decoder) WrapErr(wrap func(error) error) {
+	if d.err != nil {
+		d.err = wrap(d.err)
+	}
+}
+
 // Offset is the number of bytes consumed so far.
 func (d *Decoder) Offset() int { return d.off }
 

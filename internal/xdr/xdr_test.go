@@ -3,6 +3,7 @@ package xdr
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 )
@@ -78,6 +79,20 @@ func TestStickyError(t *testing.T) {
 	d.Bool()
 	if d.Err() == nil {
 		t.Fatal("bool 2 accepted")
+	}
+}
+
+func TestWrapErr(t *testing.T) {
+	d := NewDecoder(nil)
+	wrap := func(err error) error { return fmt.Errorf("element 3: %w", err) }
+	d.WrapErr(wrap)
+	if d.Err() != nil {
+		t.Fatal("WrapErr made an error out of none")
+	}
+	d.Uint32()
+	d.WrapErr(wrap)
+	if !errors.Is(d.Err(), ErrShort) || d.Err().Error() != "element 3: "+ErrShort.Error() {
+		t.Fatalf("err = %v", d.Err())
 	}
 }
 

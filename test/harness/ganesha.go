@@ -33,9 +33,13 @@ type GaneshaOptions struct {
 	// LogLevel is ganesha's default log level; "NIV_EVENT" when empty
 	// ("NIV_FULL_DEBUG" helps when a test disagrees with ganesha).
 	LogLevel string
+	// NFSv4 serves NFSv4 (without a grace period) besides NFSv3, on the
+	// same port; the export is then also at Pseudo under the v4 pseudo root.
+	NFSv4 bool
 }
 
-// Ganesha is a running nfs-ganesha (FSAL VFS, NFSv3 over TCP only) with
+// Ganesha is a running nfs-ganesha (FSAL VFS, NFSv3 over TCP, and NFSv4
+// with GaneshaOptions.NFSv4) with
 // its own rpcbind, both inside a private network namespace with a private
 // tmpfs on /run, so neither touches the host's rpcbind registrations, pid
 // files or sockets.
@@ -48,6 +52,7 @@ type Ganesha struct {
 	MountPort   int
 	RPCBindPort int
 
+	nfsv4   bool
 	workDir string
 	logPath string
 	cmd     *exec.Cmd
@@ -91,7 +96,7 @@ func StartGanesha(t T, opts GaneshaOptions) *Ganesha {
 	ns := NewNetNS(t)
 
 	g := &Ganesha{
-		NS: ns, ExportDir: opts.ExportDir, ExportPath: opts.Pseudo,
+		NS: ns, ExportDir: opts.ExportDir, ExportPath: opts.Pseudo, nfsv4: opts.NFSv4,
 		Addr: "127.0.0.1", NFSPort: GaneshaNFSPort, MountPort: GaneshaMountPort,
 		RPCBindPort: GaneshaRPCBindPort,
 		workDir:     work, logPath: filepath.Join(work, "ganesha.log"),
@@ -157,12 +162,17 @@ exec ganesha.nfsd -F -f "$2" -L "$3" -p "$1/ganesha.pid" -N "$4"
 	return g
 }
 
-// config renders ganesha.conf: NFSv3 over TCP only, no NLM/RQUOTA/UDP, no
-// Kerberos, v3 MOUNT of the pseudo path, every state path in the work dir,
-// and attributes never cached so direct changes to ExportDir are seen.
+// config renders ganesha.conf: NFSv3 over TCP (and NFSv4.1/4.2 if asked
+// for), no NLM/RQUOTA/UDP, no Kerberos, v3 MOUNT of the pseudo path, every
+// state path in the work dir, and attributes never cached so direct changes
+// to ExportDir are seen.
 func (g *Ganesha) config(plugins string) string {
+	protocols := "3"
+	if g.nfsv4 {
+		protocols = "3, 4"
+	}
 	return fmt.Sprintf(`NFS_CORE_PARAM {
-	Protocols = 3;
+	Protocols = %s;
 	NFS_Port = %d;
 	MNT_Port = %d;
 	Enable_NLM = false;
@@ -182,7 +192,7 @@ EXPORT {
 	Export_Id = 1;
 	Path = %q;
 	Pseudo = %q;
-	Protocols = 3;
+	Protocols = %s;
 	Transports = TCP;
 	Access_Type = RW;
 	Squash = No_Root_Squash;
@@ -192,7 +202,7 @@ EXPORT {
 		Name = VFS;
 	}
 }
-`, g.NFSPort, g.MountPort, plugins, filepath.Join(g.workDir, "recovery"), g.ExportDir, g.ExportPath)
+`, protocols, g.NFSPort, g.MountPort, plugins, filepath.Join(g.workDir, "recovery"), g.ExportDir, g.ExportPath, protocols)
 }
 
 // ganeshaPluginsDir finds the directory holding FSAL VFS; it differs
