@@ -83,6 +83,11 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 	dir := d.node
 	at := fs.now()
 	from := d.cookie
+	first := from == 0 && !d.restarted // the pass's first call
+	if first {
+		d.passAt, d.calls = at, 0
+	}
+	d.calls++
 	var batch []DirEntry
 	var badNames, badFHs int
 	var badName []byte
@@ -127,6 +132,9 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 			fs.noteStale(dir, res.Status)
 			return res.Status
 		}
+		if first {
+			fs.repend(d, &res.DirAttr)
+		}
 		var ver *dirVersion
 		if res.DirAttr.Present {
 			v := versionOf(&res.DirAttr.Attr)
@@ -167,6 +175,9 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 			fs.noteStale(dir, res.Status)
 			return res.Status
 		}
+		if first {
+			fs.repend(d, &res.DirAttr)
+		}
 		for i := range res.Entries {
 			e := &res.Entries[i]
 			if de := take(e.Name, e.Fileid, e.Cookie); de != nil {
@@ -198,7 +209,35 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 		fs.finishPending(dir, d.pending, d.verf, d.cookie)
 		d.pending = nil
 	}
+	if d.eof && plus && !d.passAt.IsZero() && !d.restarted {
+		// A whole pass: what it cost, and since when its entries'
+		// attributes are fresh (bulk.go).
+		dir.mu.Lock()
+		b := dir.bulkLocked()
+		b.calls, b.freshAt = d.calls, d.passAt
+		dir.mu.Unlock()
+	}
 	return nil
+}
+
+// repend starts the pass's listing over at its first reply, for the
+// version of the directory the reply shows: the version may have changed
+// since the pass began (its GETATTR is older), and a reply older than
+// what the name cache describes (not applied) lists no version it knows.
+//
+// LOCKS_REQUIRED(d.mu)
+func (fs *FS) repend(d *openDir, p *nfs3.PostOpAttr) {
+	if !d.listing || !p.Present {
+		return
+	}
+	dir := d.node
+	dir.mu.Lock()
+	defer dir.mu.Unlock()
+	if !dir.namesValidLocked() || dir.nameVer != versionOf(&p.Attr) {
+		d.pending = nil
+		return
+	}
+	d.pending = fs.beginPendingLocked(dir)
 }
 
 // warnListing logs a fault of the server's listing of dir, once per

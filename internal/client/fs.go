@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,6 +76,13 @@ type FS struct {
 
 	inflight flights  // shared GETATTR, LOOKUP and ACCESS calls
 	notify   Notifier // tells the kernel what it must forget
+
+	walk    walker      // tree walks seen, and their read-ahead (walk.go)
+	noPlus  atomic.Bool // the server has no READDIRPLUS: no bulk revalidation
+	bgMu    sync.Mutex
+	closing bool           // GUARDED_BY(bgMu): unmounting, no new detached pass
+	bg      sync.WaitGroup // directory passes running detached (bulk.go)
+	passes  atomic.Int64   // how many: for diagnostics and tests
 }
 
 // maxTransfer caps rsize and wsize: larger requests buy nothing on TCP and

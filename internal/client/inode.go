@@ -41,7 +41,7 @@ type inode struct {
 	dataSize  uint64
 	dataValid bool
 	dataGen   uint64 // bumped whenever cached data stops being valid
-	parent    NodeID // directory this node was last reached from ('..' of a directory)
+	parent    NodeID // directory this node was last reached from by name ('..' of a directory)
 	name      string // and its name there, for log lines (directories only)
 	// names: the directory's name cache (see namecache.go), valid for the
 	// directory version nameVer.
@@ -54,6 +54,8 @@ type inode struct {
 	// listWarned: the kinds of faults of the server's listings of the
 	// directory already logged (warnListing).
 	listWarned atomic.Uint32
+	// bulk: bulk revalidation and walk state of a directory (bulk.go).
+	bulk *dirBulk
 	// access: ACCESS results per identity (see access.go).
 	access map[string]accessEntry
 	// removeName: after a silly rename, the name to remove at last close.
@@ -147,6 +149,17 @@ func (t *inodeTable) refID(id NodeID) *inode {
 	}
 	n.lookups++
 	return n
+}
+
+// live returns the node for fh, without a reference, if the table has one
+// the server has not called stale.
+func (t *inodeTable) live(fh nfs3.FH) *inode {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := t.byFH[string(fh)]; n != nil && !n.stale {
+		return n
+	}
+	return nil
 }
 
 // lookupFH returns the node for fh if the table has one, without a reference.

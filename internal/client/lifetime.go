@@ -96,6 +96,10 @@ func (fs *FS) Close(ctx context.Context) error {
 	err := fs.wb.flushAll(ctx)
 	stop()
 	fs.endLife()
+	fs.bgMu.Lock()
+	fs.closing = true
+	fs.bgMu.Unlock()
+	fs.bg.Wait() // directory passes end with the mount's lifetime
 	if err != nil {
 		select {
 		case <-major:
@@ -148,18 +152,19 @@ func (fs *FS) pathOf(n *inode) string {
 	var parts []string
 	for depth := 0; n.id != RootID && depth < 256; depth++ {
 		n.mu.Lock()
-		dirID := n.parent // known for directories only: files may have many
+		dirID := n.parent // the directory it was last reached from: a file may have others
 		n.mu.Unlock()
-		var dirs []*inode
+		var dir *inode
+		var name string
 		if d := fs.nodes.get(dirID); d != nil {
-			dirs = []*inode{d}
-		} else {
+			dir, name = nameIn([]*inode{d}, n.id)
+		}
+		if dir == nil {
 			if nodes == nil {
 				nodes = fs.nodes.all()
 			}
-			dirs = nodes
+			dir, name = nameIn(nodes, n.id)
 		}
-		dir, name := nameIn(dirs, n.id)
 		if dir == nil {
 			parts = append(parts, fmt.Sprintf("node %d", n.id))
 			break

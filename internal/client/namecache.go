@@ -212,17 +212,35 @@ func (fs *FS) cachedLookup(ctx context.Context, c *Cred, dir *inode, name string
 	dir.mu.Lock()
 	_, _, fresh := dir.cachedAttrLocked(now)
 	dir.mu.Unlock()
+	walking := fs.visitDir(c, dir, false)
 	if !fresh {
-		// One GETATTR of the directory revalidates all its names.
-		if _, _, err := fs.getattrRPC(ctx, c, dir); err != nil {
+		// One call revalidates all its names: a GETATTR of the directory
+		// or, when a walk is at it, its READDIRPLUS.
+		if err := fs.reviveDir(ctx, c, dir, walking); err != nil {
 			return Entry{}, err, true
+		}
+	}
+	dir.mu.Lock()
+	old := fs.tooOldLocked(dir, dir.names[name], now)
+	dir.mu.Unlock()
+	if old {
+		// Many such names of one directory (a server whose replies do not
+		// prove our changes ours, ganesha's) are confirmed by one
+		// READDIRPLUS pass rather than a LOOKUP each (bulk.go).
+		if r := fs.bulkDemand(ctx, c, dir); r != nil {
+			select {
+			case <-r.done:
+			case <-ctx.Done():
+				return Entry{}, ctx.Err(), true
+			}
+			now = fs.now()
 		}
 	}
 	for fetched := false; ; fetched = true {
 		dir.mu.Lock()
 		d := dir.names[name]
-		if d != nil && d.node != 0 && d.validated.Before(dir.changedAt) && now.Sub(d.validated) >= max(dir.attrTimeo, fs.opts.AcDirMin) {
-			delete(dir.names, name) // kept across a change of the directory, and now too old
+		if fs.tooOldLocked(dir, d, now) {
+			delete(dir.names, name)
 			d = nil
 		}
 		if d == nil && fs.opts.LookupCache == LookupCacheAll && dir.listedAbsentLocked(name) {
@@ -267,6 +285,15 @@ func (fs *FS) cachedLookup(ctx context.Context, c *Cred, dir *inode, name string
 	}
 }
 
+// tooOldLocked reports whether d is a positive entry kept across a change
+// of dir we did not make and not confirmed for the directory's attribute
+// lifetime since: it is asked again.
+//
+// LOCKS_REQUIRED(dir.mu)
+func (fs *FS) tooOldLocked(dir *inode, d *dentry, now time.Time) bool {
+	return d != nil && d.node != 0 && d.validated.Before(dir.changedAt) && now.Sub(d.validated) >= max(dir.attrTimeo, fs.opts.AcDirMin)
+}
+
 // cachedPositive returns the entry for a cached positive name.
 func (fs *FS) cachedPositive(ctx context.Context, c *Cred, dir *inode, name string, id NodeID) (Entry, error, bool) {
 	n := fs.nodes.refID(id)
@@ -293,9 +320,10 @@ func (fs *FS) cachedPositive(ctx context.Context, c *Cred, dir *inode, name stri
 
 // lookupResult is one LOOKUP's outcome, shared by concurrent callers.
 type lookupResult struct {
-	fh   nfs3.FH
-	attr nfs3.PostOpAttr
-	at   time.Time
+	fh     nfs3.FH
+	attr   nfs3.PostOpAttr
+	at     time.Time
+	dirVer *dirVersion // the directory's version in the reply, if the name cache describes it
 }
 
 // lookupRPC sends LOOKUP (one for all concurrent lookups of the name) and
@@ -356,12 +384,10 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 			return nil, fmt.Errorf("LOOKUP %q: the server answered an empty file handle: %w", name, nfs3.ErrIO)
 		}
 		r := &lookupResult{fh: append(nfs3.FH(nil), res.Obj...), attr: res.ObjAttr, at: at}
-		n := fs.nodes.ref(r.fh)
-		defer fs.nodes.forget(n.id, 1) // held only while recording the name
-		fs.applyAttr(n, &r.attr, at)
 		dir.mu.Lock()
 		if replyCurrent() {
-			fs.setNameLocked(dir, name, n.id, at, true)
+			v := versionOf(&res.DirAttr.Attr)
+			r.dirVer = &v // each caller records the name with the node it holds
 		} else {
 			delete(dir.names, name)
 		}
@@ -388,11 +414,20 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 		fs.nodes.forget(n.id, 1)
 		return Entry{}, err, false
 	}
+	n.mu.Lock()
+	n.parent = dir.id
 	if a.Type == nfs3.TypeDir {
-		n.mu.Lock()
-		n.parent, n.name = dir.id, name
-		n.mu.Unlock()
+		n.name = name
 	}
+	n.mu.Unlock()
+	// The name leads to the node the kernel now holds. (Recorded with a
+	// node made only for the recording, it led to a node gone from the
+	// table by then: the name's next lookup was a LOOKUP again.)
+	dir.mu.Lock()
+	if r.dirVer != nil && dir.namesValidLocked() && dir.nameVer == *r.dirVer {
+		fs.setNameLocked(dir, name, n.id, r.at, true)
+	}
+	dir.mu.Unlock()
 	return fs.entryFor(n, &a, dir), nil, false
 }
 

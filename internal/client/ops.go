@@ -42,6 +42,13 @@ func (fs *FS) GetAttr(ctx context.Context, c *Cred, id NodeID) (Attr, time.Durat
 	a, ttl, ok := n.cachedAttrLocked(now)
 	n.mu.Unlock()
 	if !ok {
+		// Expired: from a READDIRPLUS pass of its directory if one is
+		// under way or due (bulk.go), else by GETATTR.
+		if a, ttl, ok, err = fs.attrFromRefresh(ctx, c, n); err != nil {
+			return Attr{}, 0, err
+		}
+	}
+	if !ok {
 		if a, ttl, err = fs.getattrRPC(ctx, c, n); err != nil {
 			return Attr{}, 0, err
 		}
@@ -331,8 +338,9 @@ func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string
 		return Entry{}, err
 	}
 	n.mu.Lock()
+	n.parent = dir.id
 	if a.Type == nfs3.TypeDir {
-		n.parent, n.name = dir.id, name
+		n.name = name
 		// Made just now: empty in the version the reply shows.
 		if res.ObjAttr.Present && versionOf(&res.ObjAttr.Attr) == versionOf(&a) {
 			fs.madeEmptyLocked(n)
@@ -736,8 +744,9 @@ func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, 
 	if moved != nil {
 		fs.invalidateAttr(moved) // ctime changed
 		moved.mu.Lock()
+		moved.parent = to.id
 		if moved.attr.Type == nfs3.TypeDir {
-			moved.parent, moved.name = to.id, newName
+			moved.name = newName
 		}
 		moved.mu.Unlock()
 		fs.changeName(to, newName, moved, at)

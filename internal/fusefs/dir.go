@@ -19,7 +19,7 @@ func (fs *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 		return status(err)
 	}
 	*out = fuse.OpenOut{Fh: dh}
-	if cache, keep := fs.core.DirCache(dh); cache {
+	if cache, keep := fs.core.DirCache(fs.creds.cred(&in.InHeader), dh); cache {
 		out.OpenFlags |= fuse.FOPEN_CACHE_DIR
 		if keep {
 			out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
