@@ -114,6 +114,7 @@ func (fs *FS) noteStale(n *inode, st nfs3.Status) {
 func (fs *FS) localAttr(n *inode, a *nfs3.Fattr) Attr {
 	out := attrFromNFS(a)
 	fs.wb.localAttrs(n, &out)
+	fs.dirTimesShown(n, &out)
 	return out
 }
 
@@ -232,7 +233,7 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	if !in.Atime.fits() || !in.Mtime.fits() {
 		return Attr{}, 0, syscall.EOVERFLOW
 	}
-	if fs.dropNoops(n, &in) || in.timesOnly() && fs.wb.holdTimes(n, c, &in) {
+	if fs.dropNoops(n, &in) || in.timesOnly() && (fs.wb.holdTimes(n, c, &in) || fs.holdDirTimes(n, c, &in)) {
 		// Nothing would change, or nothing yet: answer from the cache
 		// (valid either way, if maybe past its lifetime), send nothing.
 		n.mu.Lock()
@@ -243,19 +244,22 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 		n.mu.Unlock()
 		return fs.localAttr(n, &a), left, nil
 	}
-	held := fs.wb.takeTimes(n)
+	held, dirHeld := fs.wb.takeTimes(n), fs.takeDirTimes(n)
 	in.mergeHeld(held)
+	in.mergeHeld(dirHeld)
 	if in.SetSize || in.Atime.How != TimeOmit || in.Mtime.How != TimeOmit {
 		// Never abandoned half-way (see await): the data would be lost.
 		flush := func(ctx context.Context) error { return fs.wb.flushOrdered(ctx, n) }
 		if err := fs.await(ctx, flush); err != nil {
 			fs.wb.restoreTimes(n, held)
+			fs.restoreDirTimes(n, dirHeld)
 			return Attr{}, 0, err
 		}
 	}
 	a, ttl, err := fs.setattrRPC(ctx, c, n, in)
 	if err != nil {
 		fs.wb.restoreTimes(n, held)
+		fs.restoreDirTimes(n, dirHeld)
 	}
 	return a, ttl, err
 }
@@ -372,6 +376,10 @@ func (fs *FS) Mkdir(ctx context.Context, c *Cred, parent NodeID, name string, mo
 	args := nfs3.MkdirArgs{Where: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)},
 		Attr: nfs3.Sattr{SetMode: true, Mode: mode & 07777}}
 	var res nfs3.MkdirRes
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
+		return Entry{}, err
+	}
 	at := fs.now()
 	if err := fs.call(ctx, c, nfs3.ProcMkdir, &args, &res); err != nil {
 		return Entry{}, err
@@ -391,6 +399,10 @@ func (fs *FS) Symlink(ctx context.Context, c *Cred, parent NodeID, name, target 
 	args := nfs3.SymlinkArgs{Where: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)},
 		Attr: nfs3.Sattr{SetMode: true, Mode: 0777}, Data: []byte(target)}
 	var res nfs3.SymlinkRes
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
+		return Entry{}, err
+	}
 	at := fs.now()
 	if err := fs.call(ctx, c, nfs3.ProcSymlink, &args, &res); err != nil {
 		return Entry{}, err
@@ -427,6 +439,10 @@ func (fs *FS) Mknod(ctx context.Context, c *Cred, parent NodeID, name string, mo
 		Attr: nfs3.Sattr{SetMode: true, Mode: mode & 07777},
 		Spec: nfs3.SpecData{Major: (rdev >> 8) & 0xfff, Minor: rdev&0xff | (rdev>>12)&0xfff00}}
 	var res nfs3.MknodRes
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
+		return Entry{}, err
+	}
 	at := fs.now()
 	if err := fs.call(ctx, c, nfs3.ProcMknod, &args, &res); err != nil {
 		return Entry{}, err
@@ -455,6 +471,10 @@ func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode
 		args.Attr.SetSize, args.Attr.Size = true, 0
 	}
 	var res nfs3.CreateRes
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
+		return Entry{}, err
+	}
 	at := fs.now()
 	if err := fs.call(ctx, c, nfs3.ProcCreate, &args, &res); err != nil {
 		return Entry{}, err
@@ -555,6 +575,10 @@ func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName s
 	}
 	args := nfs3.LinkArgs{File: n.fh, Link: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(newName)}}
 	var res nfs3.LinkRes
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
+		return Entry{}, err
+	}
 	at := fs.now()
 	if err := fs.call(ctx, c, nfs3.ProcLink, &args, &res); err != nil {
 		return Entry{}, err
@@ -608,6 +632,10 @@ func (fs *FS) Rmdir(ctx context.Context, c *Cred, parent NodeID, name string) er
 func (fs *FS) remove(ctx context.Context, c *Cred, dir *inode, name string, proc uint32) error {
 	args := nfs3.RemoveArgs{Obj: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}}
 	var res nfs3.RemoveRes
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
+		return err
+	}
 	at := fs.now()
 	if err := fs.call(ctx, c, proc, &args, &res); err != nil {
 		return err
@@ -722,6 +750,10 @@ func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, 
 	args := nfs3.RenameArgs{From: nfs3.DirOpArgs{Dir: from.fh, Name: []byte(oldName)},
 		To: nfs3.DirOpArgs{Dir: to.fh, Name: []byte(newName)}}
 	var res nfs3.RenameRes
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, from, to); err != nil {
+		return err
+	}
 	at := fs.now()
 	if err := fs.call(ctx, c, nfs3.ProcRename, &args, &res); err != nil {
 		return err
