@@ -73,6 +73,11 @@ type FS struct {
 	closing bool           // GUARDED_BY(bgMu): unmounting, no new detached pass
 	bg      sync.WaitGroup // directory passes running detached (bulk.go)
 	passes  atomic.Int64   // how many: for diagnostics and tests
+
+	// Directories whose times are held (dirtimes.go), and for how long.
+	dirTimesMu sync.Mutex
+	heldDirs   map[*inode]struct{} // GUARDED_BY(dirTimesMu)
+	dirHold    time.Duration
 }
 
 // maxTransfer caps rsize and wsize: larger requests buy nothing on TCP and
@@ -118,7 +123,7 @@ func Mount(ctx context.Context, cfg Config) (*FS, error) {
 		cfg: cfg, opts: opts, now: cfg.Now, logf: cfg.Logf, stats: newStats(),
 		offSeed: maphash.MakeSeed(),
 		files:   map[uint64]*openFile{}, dirs: map[uint64]*openDir{}, nextOpen: 1,
-		notify: nopNotifier{},
+		notify: nopNotifier{}, heldDirs: map[*inode]struct{}{}, dirHold: dirTimesHold,
 	}
 	self := Cred{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
 	hooks := proto.Hooks{

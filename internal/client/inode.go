@@ -61,6 +61,8 @@ type inode struct {
 	// removeName: after a silly rename, the name to remove at last close.
 	sillyDir  NodeID
 	sillyName string
+	// dirTimes: a directory's times held briefly (dirtimes.go).
+	dirTimes *heldDir
 	// file is the write-back state of a regular file; nil until first written.
 	file *fileState
 	// changes counts our changes to the file's data (writes, truncates),

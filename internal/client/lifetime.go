@@ -94,6 +94,9 @@ func (fs *FS) Close(ctx context.Context) error {
 	// flushes below wait for it.
 	stop := context.AfterFunc(ctx, fs.endLife)
 	err := fs.wb.flushAll(ctx)
+	if derr := fs.sendAllDirTimes(ctx); err == nil {
+		err = derr
+	}
 	stop()
 	fs.endLife()
 	fs.bgMu.Lock()

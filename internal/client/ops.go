@@ -114,6 +114,7 @@ func (fs *FS) noteStale(n *inode, st error) {
 func (fs *FS) localAttr(n *inode, a *proto.Attr) Attr {
 	out := attrFromProto(a)
 	fs.wb.localAttrs(n, &out)
+	fs.dirTimesShown(n, &out)
 	return out
 }
 
@@ -233,7 +234,7 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	if !in.Atime.fits(fs.limits) || !in.Mtime.fits(fs.limits) {
 		return Attr{}, 0, syscall.EOVERFLOW
 	}
-	if fs.dropNoops(n, &in) || in.timesOnly() && fs.wb.holdTimes(n, c, &in) {
+	if fs.dropNoops(n, &in) || in.timesOnly() && (fs.wb.holdTimes(n, c, &in) || fs.holdDirTimes(n, c, &in)) {
 		// Nothing would change, or nothing yet: answer from the cache
 		// (valid either way, if maybe past its lifetime), send nothing.
 		n.mu.Lock()
@@ -244,19 +245,22 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 		n.mu.Unlock()
 		return fs.localAttr(n, &a), left, nil
 	}
-	held := fs.wb.takeTimes(n)
+	held, dirHeld := fs.wb.takeTimes(n), fs.takeDirTimes(n)
 	in.mergeHeld(held)
+	in.mergeHeld(dirHeld)
 	if in.SetSize || in.Atime.How != TimeOmit || in.Mtime.How != TimeOmit {
 		// Never abandoned half-way (see await): the data would be lost.
 		flush := func(ctx context.Context) error { return fs.wb.flushOrdered(ctx, n) }
 		if err := fs.await(ctx, flush); err != nil {
 			fs.wb.restoreTimes(n, held)
+			fs.restoreDirTimes(n, dirHeld)
 			return Attr{}, 0, err
 		}
 	}
 	a, ttl, err := fs.setattrRPC(ctx, c, n, in)
 	if err != nil {
 		fs.wb.restoreTimes(n, held)
+		fs.restoreDirTimes(n, dirHeld)
 	}
 	return a, ttl, err
 }
@@ -369,6 +373,10 @@ func (fs *FS) Mkdir(ctx context.Context, c *Cred, parent NodeID, name string, mo
 	if err != nil {
 		return Entry{}, err
 	}
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
+		return Entry{}, err
+	}
 	at := fs.now()
 	res, err := fs.srv.Mkdir(ctx, c, dir.fh, name, proto.SetAttrs{SetMode: true, Mode: mode & 07777})
 	if err != nil {
@@ -384,6 +392,10 @@ func (fs *FS) Symlink(ctx context.Context, c *Cred, parent NodeID, name, target 
 	}
 	dir, err := fs.node(parent)
 	if err != nil {
+		return Entry{}, err
+	}
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
 		return Entry{}, err
 	}
 	at := fs.now()
@@ -421,6 +433,10 @@ func (fs *FS) Mknod(ctx context.Context, c *Cred, parent NodeID, name string, mo
 	}
 	// The kernel's dev_t, as major and minor numbers.
 	dev := proto.Device{Major: (rdev >> 8) & 0xfff, Minor: rdev&0xff | (rdev>>12)&0xfff00}
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
+		return Entry{}, err
+	}
 	at := fs.now()
 	res, err := fs.srv.Mknod(ctx, c, dir.fh, name, typ, proto.SetAttrs{SetMode: true, Mode: mode & 07777}, dev)
 	if err != nil {
@@ -447,6 +463,10 @@ func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode
 		how.Attrs.Atime = proto.SetTime{How: proto.SetToClientTime, Time: verf}
 	} else if trunc {
 		how.Attrs.SetSize, how.Attrs.Size = true, 0
+	}
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
+		return Entry{}, err
 	}
 	at := fs.now()
 	res, err := fs.srv.Create(ctx, c, dir.fh, name, how)
@@ -547,6 +567,10 @@ func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName s
 	if err != nil {
 		return Entry{}, err
 	}
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
+		return Entry{}, err
+	}
 	at := fs.now()
 	res, err := fs.srv.Link(ctx, c, n.fh, dir.fh, newName)
 	if err != nil {
@@ -603,6 +627,10 @@ func (fs *FS) remove(ctx context.Context, c *Cred, dir *inode, name string, rmdi
 	op := fs.srv.Remove
 	if rmdir {
 		op = fs.srv.Rmdir
+	}
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
+		return err
 	}
 	at := fs.now()
 	res, err := op(ctx, c, dir.fh, name)
@@ -718,6 +746,10 @@ func (fs *FS) Rename(ctx context.Context, c *Cred, oldParent NodeID, oldName str
 }
 
 func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, to *inode, newName string) error {
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, from, to); err != nil {
+		return err
+	}
 	at := fs.now()
 	res, err := fs.srv.Rename(ctx, c, from.fh, oldName, to.fh, newName)
 	if err != nil {
