@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"hushfs/internal/nfs4"
 	"hushfs/internal/nfs4/session"
-	"hushfs/internal/rpc"
 	"hushfs/test/harness"
 )
 
@@ -154,5 +152,99 @@ func TestNFSv4SessionGanesha(t *testing.T) {
 	}
 }
 
-var _ = strings.Contains
-var _ rpc.OpaqueAuth
+// frozenClock never moves: a session on it never renews its lease.
+type frozenClock struct{ t time.Time }
+
+func (c frozenClock) Now() time.Time                     { return c.t }
+func (frozenClock) After(time.Duration) <-chan time.Time { return nil }
+
+// recoveries records the calls of Options.OnRecover; each runs a COMPOUND
+// with the context it is given, as a state layer's reclaim would.
+type recoveries struct {
+	t    *testing.T
+	s    *session.Session // set once the session exists
+	mu   sync.Mutex
+	got  []session.Recovery
+	errs []error
+}
+
+func (r *recoveries) hook(ctx context.Context, rec session.Recovery) error {
+	var res session.Result
+	err := r.s.Compound(ctx, rootCred, rootGetattr(), &res)
+	if err == nil && res.Status != nfs4.OK {
+		err = res.Status
+	}
+	r.mu.Lock()
+	r.got = append(r.got, rec)
+	r.errs = append(r.errs, err)
+	r.mu.Unlock()
+	return err
+}
+
+func (r *recoveries) list() ([]session.Recovery, []error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]session.Recovery(nil), r.got...), append([]error(nil), r.errs...)
+}
+
+// TestNFSv4SessionLease: with ganesha's lease at 2 s, an idle session
+// renews it (a lone SEQUENCE each second) and keeps its session and client
+// ID for 3 leases and more; a session whose clock stands still sends no
+// renewal, ganesha expires its lease, and the next COMPOUND finds that out,
+// establishes a new client ID and session, and calls the reclaim hook,
+// whose COMPOUND goes out before the waiting one.
+func TestNFSv4SessionLease(t *testing.T) {
+	const lease = 2
+	g := harness.StartGanesha(t, harness.GaneshaOptions{NFSv4: true, LeaseLifetime: lease})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	opts := session.Options{RPC: clientOpts(nil)}
+	renewing := newV4Session(t, ctx, g.Dial, opts)
+	rec := &recoveries{t: t}
+	opts.Owner = []byte("hushfs session test frozen")
+	opts.Clock = frozenClock{time.Now()}
+	opts.OnRecover = rec.hook
+	frozen := newV4Session(t, ctx, g.Dial, opts)
+	rec.s = frozen
+	if l := renewing.Info().Lease; l != lease*time.Second {
+		t.Fatalf("lease %v, ganesha has %d s", l, lease)
+	}
+	clientID := frozen.Info().ClientID
+
+	time.Sleep(4 * lease * time.Second)
+	var res session.Result
+	before := renewing.Stats()
+	if err := renewing.Compound(ctx, rootCred, rootGetattr(), &res); err != nil {
+		t.Fatal(err)
+	}
+	checkRoot(t, &res)
+	if st := renewing.Stats(); st.Renewals < 3 || st.NewSessions != 0 || st.NewClientIDs != 0 || st.Calls != before.Calls+1 {
+		t.Fatalf("renewing session after %d s idle: %d renewals, %d new sessions, %d new client IDs, %d calls (%d before)",
+			4*lease, st.Renewals, st.NewSessions, st.NewClientIDs, st.Calls, before.Calls)
+	} else {
+		t.Logf("renewing session: %d renewals in %d s", st.Renewals, 4*lease)
+	}
+
+	if err := frozen.Compound(ctx, rootCred, rootGetattr(), &res); err != nil {
+		t.Fatal(err)
+	}
+	checkRoot(t, &res)
+	st := frozen.Stats()
+	got, errs := rec.list()
+	t.Logf("frozen session: %+v; recoveries %+v %v", st, got, errs)
+	if st.Renewals != 0 || st.NewClientIDs != 1 || st.NewSessions != 1 || st.Reclaims != 1 || len(got) != 1 || errs[0] != nil {
+		t.Fatalf("frozen session: %+v, recoveries %+v %v", st, got, errs)
+	}
+	// Setup (4 calls); the COMPOUND (BADSESSION); CREATE_SESSION for the
+	// old client ID (STALE_CLIENTID); EXCHANGE_ID, CREATE_SESSION, the
+	// lease, the hook's COMPOUND, RECLAIM_COMPLETE; the COMPOUND again.
+	want := map[nfs4.Opnum]uint64{nfs4.OpExchangeID: 2, nfs4.OpCreateSession: 3, nfs4.OpSequence: 7,
+		nfs4.OpPutRootFH: 5, nfs4.OpGetattr: 5, nfs4.OpReclaimComplete: 2}
+	if st.Calls != 12 || fmt.Sprint(st.Ops) != fmt.Sprint(want) {
+		t.Fatalf("frozen session sent %d calls %v, want 12 %v", st.Calls, st.Ops, want)
+	}
+	if got[0].ClientID == clientID || got[0].ClientID != frozen.Info().ClientID || got[0].Reconnected ||
+		got[0].Lease != lease*time.Second {
+		t.Fatalf("recovery %+v (old client ID %#x, now %#x)", got[0], clientID, frozen.Info().ClientID)
+	}
+}
