@@ -5,12 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"hushfs/internal/nfs4"
 	"hushfs/internal/nfs4/session"
+	"hushfs/internal/proxy"
+	"hushfs/internal/rpc"
 	"hushfs/test/harness"
 )
 
@@ -247,4 +252,170 @@ func TestNFSv4SessionLease(t *testing.T) {
 		got[0].Lease != lease*time.Second {
 		t.Fatalf("recovery %+v (old client ID %#x, now %#x)", got[0], clientID, frozen.Info().ClientID)
 	}
+}
+
+// hardOpts never gives up on a call: a hard mount's RPC options, with
+// transmissions timing out after d.
+func hardOpts(d time.Duration) rpc.ClientOptions {
+	return rpc.ClientOptions{Timeout: d, Retrans: 1, Hard: true}
+}
+
+// exportFH walks from the pseudo root to ganesha's export and returns its
+// handle.
+func exportFH(t *testing.T, ctx context.Context, s *session.Session, g *harness.Ganesha) nfs4.FH {
+	t.Helper()
+	ops := []nfs4.Argop{{Op: nfs4.OpPutRootFH}}
+	for _, name := range strings.Split(strings.Trim(g.ExportPath, "/"), "/") {
+		ops = append(ops, nfs4.Argop{Op: nfs4.OpLookup, Args: &nfs4.LookupArgs{Name: []byte(name)}})
+	}
+	ops = append(ops, nfs4.Argop{Op: nfs4.OpGetFH})
+	var res session.Result
+	if err := s.Compound(ctx, rootCred, ops, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != nfs4.OK || len(res.Ops) != len(ops) {
+		t.Fatalf("walk to the export: %v", res.Status)
+	}
+	return append(nfs4.FH(nil), res.Ops[len(ops)-1].Res.(*nfs4.GetFHRes).FH...)
+}
+
+// mkdirV4 sends PUTFH dir + CREATE name (a directory): not idempotent (a
+// second run answers EXIST), so its reply is cached for a retry.
+func mkdirV4(ctx context.Context, s *session.Session, dir nfs4.FH, name string) (*session.Result, error) {
+	var res session.Result
+	ops := []nfs4.Argop{{Op: nfs4.OpPutFH, Args: &nfs4.PutFHArgs{FH: dir}},
+		{Op: nfs4.OpCreate, Args: &nfs4.CreateArgs{Type: nfs4.TypeDir, Name: []byte(name),
+			Attrs: nfs4.Fattr{Mask: nfs4.NewBitmap(nfs4.AttrMode), Mode: 0o755}}}}
+	return &res, s.Compound(ctx, rootCred, ops, &res)
+}
+
+// checkMkdir fails the test unless mkdirV4 succeeded and made the
+// directory.
+func checkMkdir(t *testing.T, g *harness.Ganesha, name string, res *session.Result, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("CREATE %s: %v", name, err)
+	}
+	if res.Status != nfs4.OK || len(res.Ops) != 2 {
+		t.Fatalf("CREATE %s: %v (a CREATE run twice answers EXIST)", name, res.Status)
+	}
+	if fi, err := os.Stat(filepath.Join(g.ExportDir, name)); err != nil || !fi.IsDir() {
+		t.Fatalf("CREATE %s: on the server: %v", name, err)
+	}
+}
+
+// TestNFSv4SessionServerRestart kills ganesha and starts it again under an
+// idle session: the new connection's BIND_CONN_TO_SESSION finds the
+// session gone, CREATE_SESSION finds the client ID gone, and the session
+// comes back under a new client ID, with the reclaim hook told the server
+// restarted (reconnected); the COMPOUND waiting meanwhile then succeeds.
+func TestNFSv4SessionServerRestart(t *testing.T) {
+	g := harness.StartGanesha(t, harness.GaneshaOptions{NFSv4: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	rec := &recoveries{t: t}
+	s := newV4Session(t, ctx, g.Dial, session.Options{RPC: hardOpts(2 * time.Second), OnRecover: rec.hook})
+	rec.s = s
+	old := s.Info().ClientID
+	g.Restart(t)
+	var res session.Result
+	if err := s.Compound(ctx, rootCred, rootGetattr(), &res); err != nil {
+		t.Fatal(err)
+	}
+	checkRoot(t, &res)
+	st := s.Stats()
+	got, errs := rec.list()
+	t.Logf("after the restart: %+v; recoveries %+v %v", st, got, errs)
+	// (ganesha's client IDs start with its start time in seconds: one
+	// restarted within the second hands out the old number again.)
+	if len(got) != 1 || errs[0] != nil || !got[0].Reconnected || got[0].Cause != nfs4.ErrStaleClientID ||
+		got[0].ClientID != s.Info().ClientID {
+		t.Fatalf("recoveries %+v %v (old client ID %#x)", got, errs, old)
+	}
+	if st.NewClientIDs != 1 || st.NewSessions != 1 || st.Binds < 1 {
+		t.Fatalf("after the restart: %+v", st)
+	}
+}
+
+// startV4Proxy starts `hushfs proxy` in ganesha's namespace in front of
+// its NFS port and returns it with a dialer of it.
+func startV4Proxy(t *testing.T, g *harness.Ganesha) (*faultProxy, func(context.Context) (net.Conn, error)) {
+	t.Helper()
+	p := startFaultProxyNS(t, harness.BuildHushfs(t), g.NS, net.JoinHostPort(g.Addr, fmt.Sprint(g.NFSPort)))
+	return p, func(ctx context.Context) (net.Conn, error) { return g.NS.Dial(ctx, p.Addr) }
+}
+
+// compoundCalls is the COMPOUNDs the proxy forwarded.
+func compoundCalls(c proxy.Counts) uint64 {
+	return c.Calls[proxy.ProcKey{Prog: nfs4.Program, Vers: nfs4.Version, Proc: nfs4.ProcCompound}]
+}
+
+// TestNFSv4SessionConnectionCut: `hushfs proxy` closes the connection
+// right after forwarding a CREATE, so that ganesha runs it and its reply
+// is lost. The session binds the new connection (BIND_CONN_TO_SESSION)
+// and sends the CREATE again with its slot and sequence id: ganesha
+// answers from its reply cache (OK, where running it again answers EXIST).
+func TestNFSv4SessionConnectionCut(t *testing.T) {
+	g := harness.StartGanesha(t, harness.GaneshaOptions{NFSv4: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p, dial := startV4Proxy(t, g)
+	s := newV4Session(t, ctx, dial, session.Options{RPC: hardOpts(2 * time.Second)})
+	dir := exportFH(t, ctx, s, g)
+
+	p.SetFaults(t, "--close-every", "3")
+	var res session.Result
+	for range 2 {
+		if err := s.Compound(ctx, rootCred, rootGetattr(), &res); err != nil {
+			t.Fatal(err)
+		}
+		checkRoot(t, &res)
+	}
+	cres, err := mkdirV4(ctx, s, dir, "cut") // the third call: cut after it
+	p.SetFaults(t)
+	checkMkdir(t, g, "cut", cres, err)
+	st, c := s.Stats(), p.Counts(t)
+	t.Logf("session %+v; proxy closed %d, forwarded %d COMPOUNDs", st, c.Faults.Closes, compoundCalls(c))
+	if c.Faults.Closes != 1 || st.Retransmissions != 1 || st.Binds != 1 || st.NewSessions != 0 {
+		t.Fatalf("one connection closed after the CREATE: %+v, proxy closed %d", st, c.Faults.Closes)
+	}
+	if compoundCalls(c) != st.Calls+st.Retransmissions {
+		t.Fatalf("the proxy forwarded %d COMPOUNDs, the session counts %d calls and %d retransmissions",
+			compoundCalls(c), st.Calls, st.Retransmissions)
+	}
+	// The session goes on in the same slot table.
+	if err := s.Compound(ctx, rootCred, rootGetattr(), &res); err != nil {
+		t.Fatal(err)
+	}
+	checkRoot(t, &res)
+}
+
+// TestNFSv4SessionBlackhole: `hushfs proxy` drops everything both ways for
+// 3 s, a CREATE sent meanwhile included. The session's call times out, the
+// connection is replaced (its BIND_CONN_TO_SESSION may fall in the
+// blackhole too: another connection is tried), and the CREATE goes again
+// with its slot and sequence id once the blackhole is over: ganesha runs it
+// once, and the slot's next request is in sequence.
+func TestNFSv4SessionBlackhole(t *testing.T) {
+	g := harness.StartGanesha(t, harness.GaneshaOptions{NFSv4: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p, dial := startV4Proxy(t, g)
+	s := newV4Session(t, ctx, dial, session.Options{RPC: hardOpts(time.Second)})
+	dir := exportFH(t, ctx, s, g)
+
+	p.SetFaults(t, "--blackhole", "3s")
+	cres, err := mkdirV4(ctx, s, dir, "dark")
+	p.SetFaults(t)
+	checkMkdir(t, g, "dark", cres, err)
+	st, c := s.Stats(), p.Counts(t)
+	t.Logf("session %+v; proxy blackholed %d calls and %d replies", st, c.Faults.BlackholedCalls, c.Faults.BlackholedReplies)
+	if c.Faults.BlackholedCalls < 1 || st.Retransmissions < 1 || st.Binds < 1 || st.NewSessions != 0 {
+		t.Fatalf("after the blackhole: %+v, proxy %+v", st, c.Faults)
+	}
+	var res session.Result
+	if err := s.Compound(ctx, rootCred, rootGetattr(), &res); err != nil {
+		t.Fatal(err)
+	}
+	checkRoot(t, &res)
 }
