@@ -486,7 +486,7 @@ func (s *Session) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
-	st, clientID := s.cur, s.clientID
+	rec := s.recovering
 	s.mu.Unlock()
 	close(s.stop)
 	if _, ok := ctx.Deadline(); !ok {
@@ -494,6 +494,16 @@ func (s *Session) Close(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, closeTimeout)
 		defer cancel()
 	}
+	if rec != nil {
+		// Destroy what the recovery makes, not what it replaces.
+		select {
+		case <-rec.done:
+		case <-ctx.Done():
+		}
+	}
+	s.mu.Lock()
+	st, clientID := s.cur, s.clientID
+	s.mu.Unlock()
 	var errs []error
 	if st != nil && !st.lost.Load() {
 		_, err := s.single(ctx, nil, nfs4.OpDestroySession, &nfs4.DestroySessionArgs{SessionID: st.id})
