@@ -62,19 +62,20 @@ func checkRoot(t *testing.T, res *session.Result) {
 }
 
 // TestNFSv4SessionGanesha sets a session up with ganesha (EXCHANGE_ID,
-// CREATE_SESSION with a back channel, RECLAIM_COMPLETE), runs COMPOUNDs on
-// many slots at once, counts every call and operation, and destroys the
-// session and client ID at Close: ganesha then no longer knows the client
-// ID.
+// CREATE_SESSION with a back channel, RECLAIM_COMPLETE; 16 slots asked for,
+// ganesha's 8 granted), runs more COMPOUNDs at once than there are slots
+// (each waits for one; none goes beyond the 8), counts every call and
+// operation, and destroys the session and client ID at Close: ganesha then
+// no longer knows the client ID.
 func TestNFSv4SessionGanesha(t *testing.T) {
-	g := harness.StartGanesha(t, harness.GaneshaOptions{NFSv4: true})
+	g := harness.StartGanesha(t, harness.GaneshaOptions{NFSv4: true, SlotTableSize: 8})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	s := newV4Session(t, ctx, g.Dial, session.Options{RPC: clientOpts(nil), Slots: 16})
 	info := s.Info()
 	t.Logf("session %x client %#x: fore %+v back %+v back channel %v lease %v server %q",
 		info.SessionID, info.ClientID, info.Fore, info.Back, info.BackChannel, info.Lease, info.Server.Impl.Name)
-	if info.Fore.MaxRequests == 0 || info.Fore.MaxRequests > 16 || info.Slots != int(info.Fore.MaxRequests) ||
+	if info.Fore.MaxRequests != 8 || info.Slots != 8 ||
 		info.Lease != 60*time.Second || !info.BackChannel {
 		t.Fatalf("negotiated %+v", info)
 	}
