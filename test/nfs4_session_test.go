@@ -420,3 +420,53 @@ func TestNFSv4SessionBlackhole(t *testing.T) {
 	}
 	checkRoot(t, &res)
 }
+
+// TestNFSv4SessionExactlyOnce: 8 workers each make 25 directories through
+// `hushfs proxy` closing a connection after one call in 15 at random, so
+// that CREATEs, their replies and BIND_CONN_TO_SESSIONs are lost in every
+// combination, several in flight at once. Every CREATE answers OK (run
+// again, one would answer EXIST) and every directory is there.
+func TestNFSv4SessionExactlyOnce(t *testing.T) {
+	g := harness.StartGanesha(t, harness.GaneshaOptions{NFSv4: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	p, dial := startV4Proxy(t, g)
+	s := newV4Session(t, ctx, dial, session.Options{RPC: hardOpts(2 * time.Second), Slots: 8})
+	dir := exportFH(t, ctx, s, g)
+	p.SetFaults(t, "--close-prob", "0.066", "--seed", "7")
+	const workers, each = 8, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				name := fmt.Sprintf("w%d-%d", w, i)
+				res, err := mkdirV4(ctx, s, dir, name)
+				if err == nil && res.Status != nfs4.OK {
+					err = res.Status
+				}
+				if err != nil {
+					errs <- fmt.Errorf("CREATE %s: %w", name, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	p.SetFaults(t)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	ents, err := os.ReadDir(g.ExportDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, c := s.Stats(), p.Counts(t)
+	t.Logf("%d directories; session %+v; proxy closed %d connections", len(ents), st, c.Faults.Closes)
+	if len(ents) != workers*each || c.Faults.Closes == 0 || st.Retransmissions == 0 || st.NewSessions != 0 {
+		t.Fatalf("%d directories, %d closes, %d retransmissions, %d new sessions",
+			len(ents), c.Faults.Closes, st.Retransmissions, st.NewSessions)
+	}
+}
