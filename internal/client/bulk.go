@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // Bulk revalidation. When the attributes of many entries of one directory
@@ -111,8 +111,7 @@ func (r *dirRefresh) wait(ctx context.Context, ready func() bool) error {
 		select {
 		case <-ch:
 		case <-r.done:
-			var st nfs3.Status
-			if r.err != nil && !errors.As(r.err, &st) {
+			if r.err != nil && !proto.IsAnswer(r.err) {
 				return r.err
 			}
 			return nil
@@ -159,7 +158,7 @@ func (dir *inode) knowsEntriesLocked() bool {
 // over its directory, if one is under way or worth starting now (a
 // directory's own attributes come with the first reply of its own pass).
 // ok is false when the caller must send its GETATTR.
-func (fs *FS) attrFromRefresh(ctx context.Context, c *Cred, n *inode) (a nfs3.Fattr, left time.Duration, ok bool, err error) {
+func (fs *FS) attrFromRefresh(ctx context.Context, c *Cred, n *inode) (a proto.Attr, left time.Duration, ok bool, err error) {
 	if !fs.bulkOn() {
 		return a, 0, false, nil
 	}
@@ -200,7 +199,7 @@ func (fs *FS) bulkDemand(ctx context.Context, c *Cred, dir *inode) *dirRefresh {
 	walking := fs.visitDir(c, dir, false)
 	now := fs.now()
 	dir.mu.Lock()
-	if !dir.attrValid || dir.attr.Type != nfs3.TypeDir {
+	if !dir.attrValid || dir.attr.Type != proto.TypeDir {
 		dir.mu.Unlock()
 		return nil
 	}
@@ -245,7 +244,7 @@ func (fs *FS) reviveDir(ctx context.Context, c *Cred, dir *inode, walking bool) 
 		dir.mu.Lock()
 		b := dir.bulkLocked()
 		r := b.refresh
-		start := r == nil && walking && dir.attrValid && dir.attr.Type == nfs3.TypeDir &&
+		start := r == nil && walking && dir.attrValid && dir.attr.Type == proto.TypeDir &&
 			dir.knowsEntriesLocked() && now.Sub(b.failAt) >= bulkDemandWindow && fs.passCallsLocked(dir) <= 1
 		dir.mu.Unlock()
 		if start {
@@ -333,7 +332,7 @@ func (fs *FS) runRefresh(ctx context.Context, c *Cred, dir *inode, r *dirRefresh
 	dir.mu.Unlock()
 	for !d.eof {
 		if err := fs.fetchDir(ctx, c, d, true); err != nil {
-			if errors.Is(err, nfs3.ErrNotSupp) {
+			if errors.Is(err, proto.ErrNotSupp) {
 				fs.noPlus.Store(true) // as Linux does: READDIR and GETATTRs from now on
 			}
 			return err
@@ -369,7 +368,7 @@ func (fs *FS) applyRefreshed(dir *inode, d *openDir) {
 		n.mu.Lock()
 		fs.applyAttrLocked(n, &p.attr, p.at)
 		n.parent = dir.id
-		if p.attr.Type == nfs3.TypeDir {
+		if p.attr.Type == proto.TypeDir {
 			n.name = e.Name
 		}
 		n.mu.Unlock()

@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"time"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // DirEntry is one directory entry as the kernel's readdir takes it.
@@ -52,8 +52,8 @@ func (fs *FS) dirOffset(name string) uint64 {
 
 // plusData is what READDIRPLUS told us of an entry.
 type plusData struct {
-	fh     nfs3.FH
-	attr   nfs3.Fattr
+	fh     proto.FH
+	attr   proto.Attr
 	at     time.Time
 	dirVer *dirVersion // the directory's version in the reply, if it had one
 }
@@ -78,7 +78,7 @@ type openDir struct {
 	at     map[uint64]int // offset → index in a snapshot, once it is seeked in
 	eof    bool           // nothing follows batch
 	cookie uint64         // the server's cookie the next READDIR reads from
-	verf   nfs3.Verf
+	verf   proto.Verf
 	// marks holds, for every offset the stream handed out, the server's
 	// cookie to read on from after its entry, as the last pass that
 	// returned the entry had it.
@@ -275,7 +275,7 @@ func (d *openDir) indexOf(offset uint64) int {
 func (fs *FS) startPass(ctx context.Context, c *Cred, d *openDir, plus bool) error {
 	dir := d.node
 	d.cached, d.at, d.batch, d.plusB, d.pos, d.eof = false, nil, nil, nil, 0, false
-	d.cookie, d.verf, d.next, d.pending = 0, nfs3.Verf{}, 0, nil
+	d.cookie, d.verf, d.next, d.pending = 0, proto.Verf{}, 0, nil
 	d.listing = fs.cachingNames()
 	d.newRun()
 	// The kernel lists the directory: a stat of its entries may follow
@@ -351,7 +351,7 @@ func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData, cached bool) *inod
 	fs.applyAttrLocked(n, &p.attr, p.at) // ignored if older than what n has
 	a, ok := n.attr, n.attrValid
 	n.parent = dir.id
-	if p.attr.Type == nfs3.TypeDir {
+	if p.attr.Type == proto.TypeDir {
 		n.name = e.Name
 	}
 	n.mu.Unlock()

@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"time"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // Times of a directory this client made, held briefly. tar restores a
@@ -54,7 +54,7 @@ func (fs *FS) holdDirTimes(n *inode, c *Cred, in *SetAttrIn) bool {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if !n.attrValid || n.attr.Type != nfs3.TypeDir || n.attr.UID != c.UID || n.list == nil || !n.list.made {
+	if !n.attrValid || n.attr.Type != proto.TypeDir || n.attr.UID != c.UID || n.list == nil || !n.list.made {
 		return false
 	}
 	h := n.dirTimes
@@ -137,7 +137,7 @@ func (fs *FS) sendDirTimesOf(ctx context.Context, dir *inode) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		fs.restoreDirTimes(dir, h)
 		return err
-	case errors.Is(err, nfs3.ErrStale), errors.Is(err, syscall.ENOENT):
+	case errors.Is(err, syscall.ESTALE), errors.Is(err, syscall.ENOENT):
 		return nil // the directory is gone: its times with it
 	}
 	fs.logf("hushfs: setting the times held for directory %s: %v", fs.pathOf(dir), err)

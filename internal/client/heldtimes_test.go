@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 	"hushfs/internal/proxy"
 )
 
@@ -208,7 +209,7 @@ func TestHeldTimesAge(t *testing.T) {
 	}
 	// The data goes out UNSTABLE (as for a set-id file's write); the times
 	// stay held.
-	if err := fs.wb.flush(ctx, fs.nodes.get(e.Node), nfs3.Unstable); err != nil {
+	if err := fs.wb.flush(ctx, fs.nodes.get(e.Node), proto.Unstable); err != nil {
 		t.Fatal(err)
 	}
 	fs.wb.flushAged(ctx)

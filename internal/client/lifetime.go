@@ -82,7 +82,7 @@ func (e *UnwrittenError) Unwrap() error { return e.Err }
 func (fs *FS) Close(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	major := fs.nfs.MajorTimeout()
+	major := fs.srv.MajorTimeout()
 	go func() {
 		select {
 		case <-major:
@@ -114,7 +114,7 @@ func (fs *FS) Close(ctx context.Context) error {
 		}
 	}
 	fs.wb.close()
-	fs.nfs.Close()
+	fs.srv.Close()
 	return err
 }
 

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // Tree walks. du, find, git status and grep -r go through a tree one
@@ -174,13 +174,13 @@ func (fs *FS) subdirs(dir *inode) []NodeID {
 	if dir == nil {
 		return nil
 	}
-	var fhs []nfs3.FH
+	var fhs []proto.FH
 	var ids []NodeID
 	dir.mu.Lock()
 	if l := dir.list; l != nil && dir.namesValidLocked() {
 		type sub struct {
 			seq uint64
-			fh  nfs3.FH
+			fh  proto.FH
 		}
 		var subs []sub
 		for name, e := range l.entries {
@@ -214,7 +214,7 @@ func (fs *FS) subdirs(dir *inode) []NodeID {
 	for _, id := range ids {
 		if n := fs.nodes.get(id); n != nil && n != dir {
 			n.mu.Lock()
-			isDir := n.attrValid && n.attr.Type == nfs3.TypeDir
+			isDir := n.attrValid && n.attr.Type == proto.TypeDir
 			n.mu.Unlock()
 			if isDir {
 				out = append(out, id)
@@ -294,7 +294,7 @@ func (fs *FS) startAhead(dir *inode, c *Cred, session uint64) bool {
 	dir.mu.Lock()
 	b := dir.bulkLocked()
 	_, _, fresh := dir.cachedAttrLocked(now)
-	want := dir.attrValid && dir.attr.Type == nfs3.TypeDir && b.refresh == nil &&
+	want := dir.attrValid && dir.attr.Type == proto.TypeDir && b.refresh == nil &&
 		now.Sub(b.failAt) >= bulkDemandWindow && now.Sub(b.freshAt) >= fs.opts.AcRegMin &&
 		dir.knowsEntriesLocked() && fs.passCallsLocked(dir) <= 1
 	stale := !fresh || dir.list == nil || !dir.namesValidLocked()
