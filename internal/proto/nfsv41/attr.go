@@ -118,15 +118,40 @@ func setTimeOf(t proto.SetTime) (nfs4.SetTime, bool) {
 	return nfs4.SetTime{}, false
 }
 
-// wccOf is a directory's change around an operation: change_info's before
-// value (the core's check that the change was only ours needs it atomic
-// and equal to the cached change attribute) and the attributes a GETATTR
-// after the operation brought.
-func wccOf(ci *nfs4.ChangeInfo, after proto.PostAttr) proto.Wcc {
+// wccOf is a directory's change around an operation, from its
+// change_info, the GETATTR just before the operation (pre) and the one
+// just after (after), all in the operation's COMPOUND:
+//   - atomic change_info: its before value, which the core checks against
+//     its cached change attribute (nothing else changed the directory);
+//   - otherwise (ganesha's), the attributes before, as v3's pre-operation
+//     attributes, but only when change_info's before and after are the
+//     change attributes the GETATTRs around it saw: then nothing else
+//     changed the directory between them either, so the core can tell a
+//     change that was ours alone as it does with v3's wcc data.
+//
+// Either way there is no proof when the values differ.
+func wccOf(ci *nfs4.ChangeInfo, pre proto.PostAttr, after proto.PostAttr) proto.Wcc {
 	w := proto.Wcc{After: after}
-	if ci != nil {
+	switch {
+	case ci.Atomic:
 		w.Before = proto.PreAttr{Present: true, Attr: proto.WccAttr{Change: ci.Before, HasChange: true}}
-		w.Atomic = ci.Atomic
+		w.Atomic = true
+	case pre.Present && pre.Attr.HasChange && pre.Attr.Change == ci.Before &&
+		after.Present && after.Attr.HasChange && after.Attr.Change == ci.After:
+		w.Before = preOf(pre)
 	}
 	return w
+}
+
+// failedWcc is a directory's wcc data when the operation failed, so
+// changed nothing: its attributes before it, as before and after.
+func failedWcc(pre proto.PostAttr) proto.Wcc {
+	if !pre.Present {
+		return proto.Wcc{}
+	}
+	return proto.Wcc{Before: preOf(pre), After: pre}
+}
+
+func preOf(a proto.PostAttr) proto.PreAttr {
+	return proto.PreAttr{Present: true, Attr: proto.WccAttr{Size: a.Attr.Size, Mtime: a.Attr.Mtime, Ctime: a.Attr.Ctime}}
 }

@@ -9,8 +9,8 @@ import (
 )
 
 // The methods that change or list a directory. Each brings the
-// directory's attributes after the operation (a GETATTR) and its
-// change_info, which become proto.Wcc.
+// directory's attributes before and after the operation (GETATTRs around
+// it) and its change_info, which become proto.Wcc (wccOf).
 
 // Create makes a regular file: v4 creates them with OPEN, closed at once
 // in the same COMPOUND (CLOSE with the current stateid), since the core
@@ -40,26 +40,29 @@ func (s *Server) Create(ctx context.Context, c *proto.Cred, dir proto.FH, name s
 	if how.Mode != proto.Exclusive && how.Attrs.SetSize {
 		open.ShareAccess = nfs4.ShareAccessWrite | nfs4.ShareAccessWantNoDeleg
 	}
-	ops := []nfs4.Argop{putfh(dir), {Op: nfs4.OpOpen, Args: open}, {Op: nfs4.OpGetFH}, getattr(fileAttrs),
-		{Op: nfs4.OpClose, Args: &nfs4.CloseArgs{Stateid: nfs4.CurrentStateid}}, putfh(dir), getattr(fileAttrs)}
+	ops := []nfs4.Argop{putfh(dir), getattr(fileAttrs), {Op: nfs4.OpOpen, Args: open}, {Op: nfs4.OpGetFH},
+		getattr(fileAttrs), {Op: nfs4.OpClose, Args: &nfs4.CloseArgs{Stateid: nfs4.CurrentStateid}},
+		putfh(dir), getattr(fileAttrs)}
 	r, err := s.compound(ctx, c, "CREATE", ops)
 	if err != nil {
 		return proto.CreateRes{}, err
 	}
-	out := proto.CreateRes{Status: statusErr(r.status(1))}
-	o, ok := r.at(1).(*nfs4.OpenRes)
+	pre, _ := r.attrs(1)
+	out := proto.CreateRes{Status: statusErr(r.status(2))}
+	o, ok := r.at(2).(*nfs4.OpenRes)
 	if !ok || o.Status != nfs4.OK {
+		out.DirWcc = failedWcc(pre)
 		return out, nil
 	}
 	var fh proto.FH
-	if g, ok := r.at(2).(*nfs4.GetFHRes); ok && g.Status == nfs4.OK && len(g.FH) > 0 {
+	if g, ok := r.at(3).(*nfs4.GetFHRes); ok && g.Status == nfs4.OK && len(g.FH) > 0 {
 		fh = proto.FH(g.FH)
 		out.FH = proto.PostFH{Present: true, FH: fh}
 	}
-	out.Attr, _ = r.attrs(3)
-	dirAttr, _ := r.attrs(6)
-	out.DirWcc = wccOf(&o.CInfo, dirAttr)
-	if r.status(4) != nfs4.OK || o.Delegation.Type == nfs4.DelegateRead || o.Delegation.Type == nfs4.DelegateWrite {
+	out.Attr, _ = r.attrs(4)
+	dirAttr, _ := r.attrs(7)
+	out.DirWcc = wccOf(&o.CInfo, pre, dirAttr)
+	if r.status(5) != nfs4.OK || o.Delegation.Type == nfs4.DelegateRead || o.Delegation.Type == nfs4.DelegateWrite {
 		s.release(ctx, c, fh, o)
 	}
 	return out, nil
@@ -91,22 +94,24 @@ func (s *Server) release(ctx context.Context, c *proto.Cred, fh proto.FH, o *nfs
 // create makes a directory, symbolic link, device, socket or FIFO
 // (CREATE), with its handle and attributes.
 func (s *Server) create(ctx context.Context, c *proto.Cred, proc string, dir proto.FH, args *nfs4.CreateArgs) (proto.CreateRes, error) {
-	r, err := s.compound(ctx, c, proc, []nfs4.Argop{putfh(dir), {Op: nfs4.OpCreate, Args: args},
+	r, err := s.compound(ctx, c, proc, []nfs4.Argop{putfh(dir), getattr(fileAttrs), {Op: nfs4.OpCreate, Args: args},
 		{Op: nfs4.OpGetFH}, getattr(fileAttrs), putfh(dir), getattr(fileAttrs)})
 	if err != nil {
 		return proto.CreateRes{}, err
 	}
-	out := proto.CreateRes{Status: statusErr(r.status(1))}
-	cr, ok := r.at(1).(*nfs4.CreateRes)
+	pre, _ := r.attrs(1)
+	out := proto.CreateRes{Status: statusErr(r.status(2))}
+	cr, ok := r.at(2).(*nfs4.CreateRes)
 	if !ok || cr.Status != nfs4.OK {
+		out.DirWcc = failedWcc(pre)
 		return out, nil
 	}
-	if g, ok := r.at(2).(*nfs4.GetFHRes); ok && g.Status == nfs4.OK && len(g.FH) > 0 {
+	if g, ok := r.at(3).(*nfs4.GetFHRes); ok && g.Status == nfs4.OK && len(g.FH) > 0 {
 		out.FH = proto.PostFH{Present: true, FH: proto.FH(g.FH)}
 	}
-	out.Attr, _ = r.attrs(3)
-	dirAttr, _ := r.attrs(5)
-	out.DirWcc = wccOf(&cr.CInfo, dirAttr)
+	out.Attr, _ = r.attrs(4)
+	dirAttr, _ := r.attrs(6)
+	out.DirWcc = wccOf(&cr.CInfo, pre, dirAttr)
 	return out, nil
 }
 
@@ -141,28 +146,24 @@ func (s *Server) Rmdir(ctx context.Context, c *proto.Cred, dir proto.FH, name st
 
 func (s *Server) remove(ctx context.Context, c *proto.Cred, proc string, dir proto.FH, name string, check nfs4.Opnum) (proto.RemoveRes, error) {
 	isDir := &nfs4.VerifyArgs{Attrs: nfs4.Fattr{Mask: typeAttr, Type: nfs4.TypeDir}}
-	r, err := s.compound(ctx, c, proc, []nfs4.Argop{putfh(dir),
+	r, err := s.compound(ctx, c, proc, []nfs4.Argop{putfh(dir), getattr(fileAttrs),
 		{Op: nfs4.OpLookup, Args: &nfs4.LookupArgs{Name: []byte(name)}}, {Op: check, Args: isDir},
 		putfh(dir), {Op: nfs4.OpRemove, Args: &nfs4.RemoveArgs{Target: []byte(name)}}, getattr(fileAttrs)})
 	if err != nil {
 		return proto.RemoveRes{}, err
 	}
-	switch st := r.status(2); {
-	case r.at(2) == nil:
+	pre, _ := r.attrs(1)
+	out := proto.RemoveRes{Status: statusErr(r.status(5)), DirWcc: failedWcc(pre)}
+	switch st := r.status(3); {
+	case r.at(3) == nil: // the lookup failed: that is the answer
 	case check == nfs4.OpNverify && st == nfs4.ErrSame:
-		return proto.RemoveRes{Status: proto.Error{Errno: syscall.EISDIR, Name: "NFS4ERR_SAME (a directory)"}}, nil
+		out.Status = proto.Error{Errno: syscall.EISDIR, Name: "NFS4ERR_SAME (a directory)"}
 	case check == nfs4.OpVerify && st == nfs4.ErrNotSame:
-		return proto.RemoveRes{Status: proto.Error{Errno: syscall.ENOTDIR, Name: "NFS4ERR_NOT_SAME (not a directory)"}}, nil
+		out.Status = proto.Error{Errno: syscall.ENOTDIR, Name: "NFS4ERR_NOT_SAME (not a directory)"}
 	}
-	out := proto.RemoveRes{Status: statusErr(r.status(4))}
-	if r.at(4) == nil {
-		// The lookup or the check failed: that is the answer.
-		out.Status = statusErr(r.res.Status)
-		return out, nil
-	}
-	if rm, ok := r.at(4).(*nfs4.RemoveRes); ok && rm.Status == nfs4.OK {
-		dirAttr, _ := r.attrs(5)
-		out.DirWcc = wccOf(&rm.CInfo, dirAttr)
+	if rm, ok := r.at(5).(*nfs4.RemoveRes); ok && rm.Status == nfs4.OK {
+		dirAttr, _ := r.attrs(6)
+		out.DirWcc = wccOf(&rm.CInfo, pre, dirAttr)
 	}
 	return out, nil
 }
@@ -170,35 +171,39 @@ func (s *Server) remove(ctx context.Context, c *proto.Cred, proc string, dir pro
 // Rename: the source directory is the saved handle, the target the
 // current one; each gets its GETATTR after the RENAME.
 func (s *Server) Rename(ctx context.Context, c *proto.Cred, fromDir proto.FH, fromName string, toDir proto.FH, toName string) (proto.RenameRes, error) {
-	r, err := s.compound(ctx, c, "RENAME", []nfs4.Argop{putfh(fromDir), {Op: nfs4.OpSaveFH}, putfh(toDir),
+	r, err := s.compound(ctx, c, "RENAME", []nfs4.Argop{putfh(fromDir), getattr(fileAttrs), {Op: nfs4.OpSaveFH},
+		putfh(toDir), getattr(fileAttrs),
 		{Op: nfs4.OpRename, Args: &nfs4.RenameArgs{OldName: []byte(fromName), NewName: []byte(toName)}},
 		getattr(fileAttrs), {Op: nfs4.OpRestoreFH}, getattr(fileAttrs)})
 	if err != nil {
 		return proto.RenameRes{}, err
 	}
-	out := proto.RenameRes{Status: statusErr(r.status(3))}
-	if rn, ok := r.at(3).(*nfs4.RenameRes); ok && rn.Status == nfs4.OK {
-		toAttr, _ := r.attrs(4)
-		fromAttr, _ := r.attrs(6)
-		out.ToDirWcc = wccOf(&rn.TargetCInfo, toAttr)
-		out.FromDirWcc = wccOf(&rn.SourceCInfo, fromAttr)
+	fromPre, _ := r.attrs(1)
+	toPre, _ := r.attrs(4)
+	out := proto.RenameRes{Status: statusErr(r.status(5)), FromDirWcc: failedWcc(fromPre), ToDirWcc: failedWcc(toPre)}
+	if rn, ok := r.at(5).(*nfs4.RenameRes); ok && rn.Status == nfs4.OK {
+		toAttr, _ := r.attrs(6)
+		fromAttr, _ := r.attrs(8)
+		out.ToDirWcc = wccOf(&rn.TargetCInfo, toPre, toAttr)
+		out.FromDirWcc = wccOf(&rn.SourceCInfo, fromPre, fromAttr)
 	}
 	return out, nil
 }
 
 // Link: the file is the saved handle, the directory the current one.
 func (s *Server) Link(ctx context.Context, c *proto.Cred, fh, dir proto.FH, name string) (proto.LinkRes, error) {
-	r, err := s.compound(ctx, c, "LINK", []nfs4.Argop{putfh(fh), {Op: nfs4.OpSaveFH}, putfh(dir),
+	r, err := s.compound(ctx, c, "LINK", []nfs4.Argop{putfh(fh), {Op: nfs4.OpSaveFH}, putfh(dir), getattr(fileAttrs),
 		{Op: nfs4.OpLink, Args: &nfs4.LinkArgs{NewName: []byte(name)}},
 		getattr(fileAttrs), {Op: nfs4.OpRestoreFH}, getattr(fileAttrs)})
 	if err != nil {
 		return proto.LinkRes{}, err
 	}
-	out := proto.LinkRes{Status: statusErr(r.status(3))}
-	if l, ok := r.at(3).(*nfs4.LinkRes); ok && l.Status == nfs4.OK {
-		dirAttr, _ := r.attrs(4)
-		out.DirWcc = wccOf(&l.CInfo, dirAttr)
-		out.Attr, _ = r.attrs(6)
+	pre, _ := r.attrs(3)
+	out := proto.LinkRes{Status: statusErr(r.status(4)), DirWcc: failedWcc(pre)}
+	if l, ok := r.at(4).(*nfs4.LinkRes); ok && l.Status == nfs4.OK {
+		dirAttr, _ := r.attrs(5)
+		out.DirWcc = wccOf(&l.CInfo, pre, dirAttr)
+		out.Attr, _ = r.attrs(7)
 	}
 	return out, nil
 }
