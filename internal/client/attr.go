@@ -215,8 +215,7 @@ func (fs *FS) applyWcc(n *inode, w *proto.Wcc, at time.Time, ours bool) {
 	// the state we have, so its result is the next one, whatever the
 	// ctimes say (a server clock gone back) and whichever reply came first.
 	b := &w.Before.Attr
-	follows := w.Before.Present && n.attrValid &&
-		n.attr.Size == b.Size && n.attr.Mtime == b.Mtime && n.attr.Ctime == b.Ctime
+	follows := w.Before.Present && n.attrValid && preMatches(&n.attr, b, w.Atomic)
 	if !follows && fs.staleLocked(n, &w.After.Attr, at) {
 		return // a reply older than what we have
 	}
@@ -243,6 +242,17 @@ func (fs *FS) applyWcc(n *inode, w *proto.Wcc, at time.Time, ours bool) {
 		n.attr.Size, n.attr.Mtime, n.attr.Ctime = after.Size, after.Mtime, after.Ctime
 	}
 	fs.setAttrLocked(n, &w.After.Attr, at)
+}
+
+// preMatches reports whether pre-operation attributes b are those of a:
+// v4's change_info before value equal to the change attribute, and atomic
+// (nothing else changed the file between before and after); v3's size,
+// mtime and ctime.
+func preMatches(a *proto.Attr, b *proto.WccAttr, atomic bool) bool {
+	if b.HasChange {
+		return atomic && a.HasChange && a.Change == b.Change
+	}
+	return a.Size == b.Size && a.Mtime == b.Mtime && a.Ctime == b.Ctime
 }
 
 // invalidateAttr makes the next getattr go to the server: the attributes

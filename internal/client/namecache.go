@@ -132,7 +132,7 @@ func (fs *FS) applyDirOpWcc(dir *inode, w *proto.Wcc, at time.Time, status error
 	}
 	if w.Before.Present && w.After.Present {
 		b, a := &w.Before.Attr, &w.After.Attr
-		if b.Size != a.Size || b.Mtime != a.Mtime || b.Ctime != a.Ctime {
+		if b.HasChange && b.Change != a.Change || !b.HasChange && (b.Size != a.Size || b.Mtime != a.Mtime || b.Ctime != a.Ctime) {
 			foreign := *w
 			foreign.Before.Present = false // not ours, whatever it matches
 			w = &foreign

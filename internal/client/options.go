@@ -28,7 +28,7 @@ func (m LookupCacheMode) String() string {
 
 // Options are the mount options, named and defaulted as in nfs(5).
 type Options struct {
-	Vers      int    // only 3 for now
+	Vers      int    // 3, or 4 for NFSv4.1
 	Port      int    // NFS port; 0 = ask the portmapper
 	MountPort int    // MOUNT port; 0 = ask the portmapper
 	Proto     string // only "tcp"
@@ -153,14 +153,14 @@ func (o *Options) apply(opt string) error {
 	}
 	switch name {
 	case "vers", "nfsvers":
-		n, err := uintVal(4)
-		if err != nil {
-			return err
+		switch val {
+		case "3":
+			o.Vers = 3
+		case "4", "4.1":
+			o.Vers = 4 // NFSv4 is minor version 1 here: 4.0 has no sessions
+		default:
+			return &OptionError{opt, "NFS versions 3 and 4.1 (vers=4 means 4.1) are supported"}
 		}
-		if n != 3 {
-			return &OptionError{opt, "only NFS version 3 is supported"}
-		}
-		o.Vers = 3
 	case "port":
 		n, err := uintVal(65535)
 		if err != nil {

@@ -37,7 +37,7 @@ func TestParseOptions(t *testing.T) {
 }
 
 func TestBadOptionsNameTheOption(t *testing.T) {
-	for _, s := range []string{"bogus", "vers=4", "vers=x", "timeo=0", "timeo=-1", "rsize=12",
+	for _, s := range []string{"bogus", "vers=4.0", "vers=4.2", "vers=2", "vers=x", "timeo=0", "timeo=-1", "rsize=12",
 		"lookupcache=maybe", "proto=udp", "hard=1", "port=70000", "acregmin=10,acregmax=5", "retrans="} {
 		_, err := ParseOptions(s)
 		var oe *OptionError

@@ -6,17 +6,24 @@ import (
 
 	"hushfs/internal/proto"
 	"hushfs/internal/proto/nfsv3"
+	"hushfs/internal/proto/nfsv41"
 )
 
 // mountServer mounts the export with the protocol opts.Vers names and
 // returns the server behind the seam (internal/proto) with what mounting
 // told of the export. The core knows protocols only here: NFSv4.1 is
-// another case, returning its own proto.Server.
+// another case (vers=4.1), returning its own proto.Server.
 func mountServer(ctx context.Context, cfg *Config, opts *Options, hooks proto.Hooks, self *Cred) (proto.Server, proto.Export, error) {
 	switch opts.Vers {
 	case 3:
 		return nfsv3.Mount(ctx, nfsv3.Config{
 			Server: cfg.Server, Export: cfg.Export, Port: opts.Port, MountPort: opts.MountPort,
+			Timeo: opts.Timeo, Retrans: opts.Retrans, Hard: opts.Hard,
+			Dial: cfg.Dial, Now: cfg.Now, Logf: cfg.Logf, Machine: cfg.Machine, Hooks: hooks,
+		}, self)
+	case 4:
+		return nfsv41.Mount(ctx, nfsv41.Config{
+			Server: cfg.Server, Export: cfg.Export, Port: opts.Port,
 			Timeo: opts.Timeo, Retrans: opts.Retrans, Hard: opts.Hard,
 			Dial: cfg.Dial, Now: cfg.Now, Logf: cfg.Logf, Machine: cfg.Machine, Hooks: hooks,
 		}, self)

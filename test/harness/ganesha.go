@@ -223,6 +223,7 @@ NFS_KRB5 {
 }
 NFSV4 {
 	Graceless = true;
+	Only_Numeric_Owners = true;
 	RecoveryRoot = %q;%s
 }
 EXPORT {
