@@ -28,7 +28,7 @@ func Mount(ctx context.Context, cfg Config, self *proto.Cred) (*Server, proto.Ex
 		var d net.Dialer
 		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
 	}
-	s := &Server{hooks: cfg.Hooks, machine: cfg.Machine, creds: map[string]rpc.OpaqueAuth{}}
+	s := &Server{hooks: cfg.Hooks, machine: cfg.Machine, creds: rpc.SysCreds{Machine: cfg.Machine}}
 	mountPort, nfsPort := cfg.MountPort, cfg.Port
 	if mountPort == 0 || nfsPort == 0 {
 		var err error

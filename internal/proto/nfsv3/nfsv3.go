@@ -9,9 +9,7 @@ package nfsv3
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"hushfs/internal/nfs3"
@@ -46,8 +44,7 @@ type Server struct {
 	hooks   proto.Hooks
 	machine string
 
-	credMu sync.Mutex
-	creds  map[string]rpc.OpaqueAuth // GUARDED_BY(credMu): encoded AUTH_SYS per identity
+	creds rpc.SysCreds // encoded AUTH_SYS per identity
 }
 
 var _ proto.Server = (*Server)(nil)
@@ -67,22 +64,7 @@ func (s *Server) MajorTimeout() <-chan struct{} { return s.nfs.MajorTimeout() }
 
 // auth returns the AUTH_SYS credential for c, encoded once per identity.
 func (s *Server) auth(c *proto.Cred) rpc.OpaqueAuth {
-	key := make([]byte, 0, 8+4*len(c.Groups))
-	key = fmt.Appendf(key, "%d:%d", c.UID, c.GID)
-	for _, g := range c.Groups {
-		key = fmt.Appendf(key, ",%d", g)
-	}
-	s.credMu.Lock()
-	defer s.credMu.Unlock()
-	if a, ok := s.creds[string(key)]; ok {
-		return a
-	}
-	if len(s.creds) > 4096 {
-		clear(s.creds) // bounded: identities are few; a flood just re-encodes
-	}
-	a := rpc.SysCred(c.UID, c.GID, c.Groups, s.machine)
-	s.creds[string(key)] = a
-	return a
+	return s.creds.Get(c.UID, c.GID, c.Groups)
 }
 
 // call sends one NFSv3 request with the caller's credential.

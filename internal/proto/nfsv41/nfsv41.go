@@ -18,7 +18,6 @@ import (
 	"math"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 
 	"hushfs/internal/nfs4"
@@ -60,8 +59,7 @@ type Server struct {
 	// mount, since each OPEN is closed in its own COMPOUND.
 	owner []byte
 
-	credMu sync.Mutex
-	creds  map[string]rpc.OpaqueAuth // GUARDED_BY(credMu): encoded AUTH_SYS per identity
+	creds rpc.SysCreds // encoded AUTH_SYS per identity
 }
 
 var _ proto.Server = (*Server)(nil)
@@ -97,7 +95,7 @@ func Mount(ctx context.Context, cfg Config, self *proto.Cred) (*Server, proto.Ex
 	rand.Read(nonce[:])
 	key := fmt.Sprintf("%s:%s %s", cfg.Server, cfg.Export, hex.EncodeToString(nonce[:]))
 	s := &Server{hooks: cfg.Hooks, machine: cfg.Machine, now: cfg.Now, logf: cfg.Logf,
-		owner: []byte("hushfs create " + hex.EncodeToString(nonce[:])), creds: map[string]rpc.OpaqueAuth{}}
+		owner: []byte("hushfs create " + hex.EncodeToString(nonce[:])), creds: rpc.SysCreds{Machine: cfg.Machine}}
 	sess, err := session.New(ctx, session.Options{
 		RPC: rpc.ClientOptions{
 			Dial:    func(ctx context.Context) (net.Conn, error) { return cfg.Dial(ctx, addr) },
@@ -145,22 +143,7 @@ func (s *Server) Null(ctx context.Context) error {
 
 // auth returns the AUTH_SYS credential for c, encoded once per identity.
 func (s *Server) auth(c *proto.Cred) rpc.OpaqueAuth {
-	key := make([]byte, 0, 8+4*len(c.Groups))
-	key = fmt.Appendf(key, "%d:%d", c.UID, c.GID)
-	for _, g := range c.Groups {
-		key = fmt.Appendf(key, ",%d", g)
-	}
-	s.credMu.Lock()
-	defer s.credMu.Unlock()
-	if a, ok := s.creds[string(key)]; ok {
-		return a
-	}
-	if len(s.creds) > 4096 {
-		clear(s.creds) // bounded: identities are few; a flood just re-encodes
-	}
-	a := rpc.SysCred(c.UID, c.GID, c.Groups, s.machine)
-	s.creds[string(key)] = a
-	return a
+	return s.creds.Get(c.UID, c.GID, c.Groups)
 }
 
 // errShort is a reply that ran every operation but holds fewer results
