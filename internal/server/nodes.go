@@ -51,6 +51,7 @@ type node struct {
 	rwFd  int
 	ioUse int64
 
+	nsMu    sync.Mutex // directories: held across a change of entries and its before/after stats (dirop.go)
 	dirMu   sync.Mutex // serialises lseek+getdents on dirFd
 	dirFd   int
 	dirSync syncGroup // directories: concurrent commits share syncs (durable.go)
