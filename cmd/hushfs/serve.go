@@ -200,7 +200,9 @@ func runServe(args []string) error {
 		return err
 	}
 	logger := log.New(os.Stderr, "", log.LstdFlags)
+	rpcStats := metrics.NewRPC()
 	srv, err := server.New(server.Config{
+		ObserveOp:  rpcStats.ObserveOp,
 		Root:       o.dir,
 		StateDir:   o.stateDir,
 		ReadOnly:   o.readOnly,
@@ -238,7 +240,6 @@ func runServe(args []string) error {
 			return fmt.Errorf("metrics listener: %w", err)
 		}
 	}
-	rpcStats := metrics.NewRPC()
 	rs := rpc.NewServer(rpc.ServerOptions{Logf: logger.Printf, Observe: rpcStats.Observe, BusyPoll: o.busyPoll})
 	srv.Register(rs)
 
