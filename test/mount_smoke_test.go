@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"hushfs/internal/client"
+	"hushfs/internal/fusefs"
 	"hushfs/test/harness"
 )
 
@@ -400,5 +402,106 @@ func TestMountDaemonSignal(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(e.serve.Dir, "open")); err != nil || !bytes.Equal(got, data) {
 		t.Errorf("data written before SIGTERM: %d bytes on the server (%v), want %d", len(got), err, len(data))
+	}
+}
+
+// statsSocket returns the path of the statistics socket of the mount at
+// mnt, from its device in the mount table.
+func statsSocket(t *testing.T, mnt string) string {
+	t.Helper()
+	mi, err := fusefs.FindMount("/proc/self/mountinfo", mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(fusefs.RuntimeDir(0), fmt.Sprintf("%d:%d.sock", mi.Major, mi.Minor))
+}
+
+// TestMountStatsSocket: `hushfs stats` reaches the daemon through the
+// mount's socket, for root and the owner only; the socket goes with the
+// mount, and one left by a killed daemon neither answers nor confuses a
+// new mount at the same path.
+func TestMountStatsSocket(t *testing.T) {
+	e := newMountEnv(t)
+	e.mount("")
+	if _, err := os.ReadDir(e.mnt); err != nil {
+		t.Fatal(err)
+	}
+	sock := statsSocket(t, e.mnt)
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("statistics socket %s: %v, %v; want a socket of mode 0600", sock, fi, err)
+	}
+	if s := e.stats(); s.Count("READDIRPLUS") == 0 || s.FUSE["readdirplus"] == 0 {
+		t.Errorf("stats: %v, FUSE requests %v", s.Ops, s.FUSE)
+	}
+	if out, err := e.hushfs(nil, "stats", e.mnt, "--fuse"); err != nil || !strings.Contains(out, "FUSE requests served") || !strings.Contains(out, "readdirplus") {
+		t.Errorf("stats --fuse: %v\n%s", err, out)
+	}
+
+	// Another user may use the mount (were it allow_other) but not read
+	// its statistics.
+	bin := filepath.Join(t.TempDir(), "hushfs")
+	if b, err := os.ReadFile(e.bin); err != nil || os.WriteFile(bin, b, 0o755) != nil {
+		t.Fatalf("copying the binary: %v", err)
+	}
+	for _, dir := range []string{e.mnt, filepath.Dir(bin)} {
+		for p := dir; p != "/" && p != os.TempDir(); p = filepath.Dir(p) {
+			if err := os.Chmod(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "stats", e.mnt)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "permission denied: only root and the mount's owner") {
+		t.Errorf("hushfs stats as uid 65534: %v, want permission denied\n%s", err, out)
+	}
+
+	// A killed daemon leaves its socket, which answers nothing.
+	pids := daemonPids(t, e.mnt)
+	if len(pids) != 1 {
+		t.Fatalf("mount daemons: %v", pids)
+	}
+	syscall.Kill(pids[0], syscall.SIGKILL)
+	if !waitExit(t, pids[0], 10*time.Second) {
+		t.Fatalf("mount daemon %d survived SIGKILL", pids[0])
+	}
+	if out, err := e.hushfs(nil, "stats", e.mnt); err == nil || !strings.Contains(out, "mount daemon is gone") {
+		t.Errorf("stats of a mount whose daemon was killed: %v\n%s", err, out)
+	}
+	if err := syscall.Unmount(e.mnt, syscall.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(sock); err != nil {
+		t.Fatalf("the killed daemon's socket: %v (the test expects it left behind)", err)
+	}
+
+	// A new mount at the same path: its daemon clears the dead socket
+	// (its device is another, or the same one given again) and answers.
+	e.mount("")
+	sock2 := statsSocket(t, e.mnt)
+	if sock2 != sock {
+		if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("dead daemon's socket %s after a new mount: %v, want removed", sock, err)
+		}
+	}
+	if s := e.stats(); s.Count("FSINFO") != 1 {
+		t.Errorf("stats of the new mount: %v", s.Ops)
+	}
+	if out, err := e.hushfs(nil, "umount", e.mnt); err != nil {
+		t.Fatalf("hushfs umount: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := os.Lstat(sock2)
+		if errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("socket %s after umount: %v, want removed", sock2, err)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -114,7 +114,12 @@ func runPOSIXSuite(t *testing.T, mnt, exportDir string) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &posixCase{t: t, m: filepath.Join(mnt, tc.name), d: filepath.Join(exportDir, tc.name), user: user}
-			must(t, "mkdir", os.Mkdir(c.m, 0o755))
+			// Made on the server's disk, as another client would: what the
+			// cases make there is then seen through the mount at once. In a
+			// directory the mount made itself it would be seen once the
+			// directory is revalidated (negtimeo): the mount knows every
+			// name there as of its MKDIR and its own changes since.
+			must(t, "mkdir on disk", os.Mkdir(c.d, 0o755))
 			tc.f(c)
 		})
 	}

@@ -3,7 +3,6 @@ package test
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"hushfs/internal/client"
+	"hushfs/internal/fusefs"
 	"hushfs/test/harness"
 )
 
@@ -20,14 +20,9 @@ import (
 // close of a descriptor is a flush.
 func statsNoFork(t *testing.T, mnt string) client.Snapshot {
 	t.Helper()
-	buf := make([]byte, 1<<20)
-	n, err := unix.Getxattr(mnt, "user.hushfs.stats", buf)
+	s, err := fusefs.ReadSnapshot(mnt)
 	if err != nil {
 		t.Fatalf("statistics of %s: %v", mnt, err)
-	}
-	var s client.Snapshot
-	if err := json.Unmarshal(buf[:n], &s); err != nil {
-		t.Fatal(err)
 	}
 	return s
 }

@@ -16,17 +16,20 @@ import (
 // budget (and budgetSlack) fails the run; one well under it is printed, so
 // that the budget is lowered as the client improves. Quick mode prints every
 // phase's counts in this form after a run. Measured on 2c8d3f3 (the same
-// on every run).
+// on every run); untar, git clone, grep -r, git status and configure &&
+// make lowered once creates took one call, new directories answered
+// lookups of absent names, times set while writing waited for the data and
+// an open's ACCESS brought its attributes.
 var quickBudgets = map[string]map[string]uint64{
 	"ls-l-cached":    {},
 	"ls-l-expired":   {"GETATTR": 2000, "LOOKUP": 1},
-	"untar":          {"COMMIT": 110, "CREATE": 110, "LOOKUP": 124, "MKDIR": 14, "SETATTR": 482, "WRITE": 110},
-	"git-clone":      {"ACCESS": 15, "COMMIT": 1, "CREATE": 151, "GETATTR": 52, "LINK": 2, "LOOKUP": 296, "MKDIR": 31, "READDIRPLUS": 4, "REMOVE": 9, "RENAME": 15, "SETATTR": 150, "SYMLINK": 1, "WRITE": 148},
-	"grep-r":         {"ACCESS": 136, "FSSTAT": 1, "GETATTR": 136, "LOOKUP": 1, "READ": 139, "READDIRPLUS": 31},
-	"git-status":     {"ACCESS": 1, "CREATE": 1, "GETATTR": 273, "LOOKUP": 9, "READDIRPLUS": 14, "RENAME": 1, "SETATTR": 1, "WRITE": 1},
+	"untar":          {"CREATE": 110, "LOOKUP": 1, "MKDIR": 14, "SETATTR": 262, "WRITE": 110},
+	"git-clone":      {"ACCESS": 15, "COMMIT": 1, "CREATE": 151, "GETATTR": 37, "LINK": 2, "LOOKUP": 5, "MKDIR": 31, "READDIRPLUS": 4, "REMOVE": 9, "RENAME": 16, "SETATTR": 2, "SYMLINK": 1, "WRITE": 148},
+	"grep-r":         {"ACCESS": 136, "FSSTAT": 1, "LOOKUP": 1, "READ": 139, "READDIRPLUS": 31},
+	"git-status":     {"ACCESS": 1, "CREATE": 1, "GETATTR": 273, "READDIRPLUS": 14, "RENAME": 1, "WRITE": 1},
 	"du-s":           {"FSSTAT": 1, "GETATTR": 155, "LOOKUP": 1, "READDIRPLUS": 1},
 	"rm-clone":       {"FSSTAT": 1, "REMOVE": 136, "RMDIR": 31},
-	"configure-make": {"ACCESS": 68, "COMMIT": 1, "CREATE": 62, "GETATTR": 444, "LOOKUP": 38, "MKDIR": 1, "READ": 34, "READDIRPLUS": 2, "REMOVE": 16, "RENAME": 17, "RMDIR": 1, "SETATTR": 29, "SYMLINK": 2, "WRITE": 188},
+	"configure-make": {"ACCESS": 68, "CREATE": 62, "GETATTR": 378, "LOOKUP": 23, "MKDIR": 1, "READ": 34, "READDIRPLUS": 2, "REMOVE": 16, "RENAME": 17, "RMDIR": 1, "SETATTR": 27, "SYMLINK": 2, "WRITE": 188},
 }
 
 // budgetSlack is how far a count may go over its budget: a phase slowed

@@ -20,7 +20,7 @@ func commands() map[string]command {
 		"proxy":   {runProxy, "proxy --listen A --target B [--rtt D] [fault flags]: latency, fault-injecting and RPC-counting proxy (proxy faults|blackhole --control P: change a running one)"},
 		"mount":   {runMount, "mount SERVER:/EXPORT MOUNTPOINT [-o OPTS] [-f]: mount an NFSv3 export (FUSE)"},
 		"umount":  {runUmount, "umount MOUNTPOINT [-l]: unmount a hushfs mount"},
-		"stats":   {runStats, "stats MOUNTPOINT [--json] [--reset]: per-procedure RPC statistics of a mount"},
+		"stats":   {runStats, "stats MOUNTPOINT [--json] [--origins] [--fuse] [--reset]: per-procedure RPC statistics of a mount"},
 		"version": {runVersion, "version (or --version): the build: module version and commit"},
 	}
 }

@@ -303,6 +303,7 @@ func serveMount(a mountArgs, host, export string, opts client.Options, mnt strin
 		cancel()
 		return err
 	}
+	defer m.CloseStats()
 	report(nil)
 	logf("hushfs: mounted %s on %s", a.remote, mnt)
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,19 +11,18 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"hushfs/internal/client"
 	"hushfs/internal/fusefs"
 )
 
-const statsUsage = `usage: hushfs stats MOUNTPOINT [--json] [--origins] [--reset]
+const statsUsage = `usage: hushfs stats MOUNTPOINT [--json] [--origins] [--fuse] [--reset]
   --json     print the raw statistics (JSON) instead of the table
   --origins  also show which kernel operations caused the NFS calls
+  --fuse     also show the kernel's requests that reached the mount daemon
   --reset    zero the counters after printing them`
 
 func runStats(args []string) error {
-	asJSON, reset, origins := false, false, false
+	asJSON, reset, origins, requests := false, false, false, false
 	var pos []string
 	for _, arg := range args {
 		switch arg {
@@ -34,6 +32,8 @@ func runStats(args []string) error {
 			reset = true
 		case "--origins", "-origins":
 			origins = true
+		case "--fuse", "-fuse":
+			requests = true
 		case "-h", "--help", "-help":
 			fmt.Fprintln(os.Stderr, statsUsage)
 			return flag.ErrHelp
@@ -48,55 +48,35 @@ func runStats(args []string) error {
 		return fmt.Errorf("want one MOUNTPOINT\n%s", statsUsage)
 	}
 	mnt := pos[0]
-	raw, err := readStats(mnt)
+	path, err := mountPath(mnt)
+	if err != nil {
+		return fmt.Errorf("%s: %w", mnt, err)
+	}
+	// One request reads the counters and, with --reset, zeroes them.
+	raw, err := fusefs.ReadStats(path, reset)
 	if err != nil {
 		return err
 	}
 	if asJSON {
 		os.Stdout.Write(append(raw, '\n'))
-	} else {
-		var s client.Snapshot
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return fmt.Errorf("%s: malformed statistics: %w", mnt, err)
-		}
-		source := ""
-		if p, err := mountPath(mnt); err == nil {
-			if mi, err := fusefs.FindMount("/proc/self/mountinfo", p); err == nil {
-				source = mi.Source
-			}
-		}
-		printStats(os.Stdout, mnt, source, &s, time.Now())
-		if origins {
-			printOrigins(os.Stdout, &s)
-		}
+		return nil
 	}
-	if reset {
-		if err := unix.Setxattr(mnt, fusefs.StatsXAttr, []byte(fusefs.StatsReset), 0); err != nil {
-			return fmt.Errorf("%s: resetting statistics: %w", mnt, err)
-		}
+	var s client.Snapshot
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return fmt.Errorf("%s: malformed statistics: %w", mnt, err)
+	}
+	source := ""
+	if mi, err := fusefs.FindMount("/proc/self/mountinfo", path); err == nil {
+		source = mi.Source
+	}
+	printStats(os.Stdout, mnt, source, &s, time.Now())
+	if origins {
+		printOrigins(os.Stdout, &s)
+	}
+	if requests {
+		printRequests(os.Stdout, &s)
 	}
 	return nil
-}
-
-// readStats reads the statistics attribute of a mount's root, growing the
-// buffer if the statistics grew between the size query and the read.
-func readStats(mnt string) ([]byte, error) {
-	size := 64 << 10
-	for range 8 {
-		buf := make([]byte, size)
-		n, err := unix.Getxattr(mnt, fusefs.StatsXAttr, buf)
-		switch {
-		case err == nil:
-			return buf[:n], nil
-		case errors.Is(err, unix.ERANGE):
-			size *= 4
-			continue
-		case errors.Is(err, unix.ENODATA), errors.Is(err, unix.ENOTSUP):
-			return nil, fmt.Errorf("%s is not the root of a hushfs mount (no %s attribute)", mnt, fusefs.StatsXAttr)
-		}
-		return nil, fmt.Errorf("%s: reading statistics: %w", mnt, err)
-	}
-	return nil, fmt.Errorf("%s: statistics keep outgrowing the buffer", mnt)
 }
 
 // printStats prints one line per procedure, as mountstats does: counts,
@@ -170,5 +150,21 @@ func printOrigins(w io.Writer, s *client.Snapshot) {
 			total += s.Origins[o][p]
 		}
 		fmt.Fprintf(w, "  %-10s %6d  %s\n", o, total, strings.Join(parts, ", "))
+	}
+}
+
+// printRequests prints the kernel's requests that reached the daemon, by
+// operation: what the kernel's own caches did not answer.
+func printRequests(w io.Writer, s *client.Snapshot) {
+	ops := make([]string, 0, len(s.FUSE))
+	var total uint64
+	for o, n := range s.FUSE {
+		ops = append(ops, o)
+		total += n
+	}
+	sort.Strings(ops)
+	fmt.Fprintf(w, "FUSE requests served: %d\n", total)
+	for _, o := range ops {
+		fmt.Fprintf(w, "  %-12s %8d\n", o, s.FUSE[o])
 	}
 }

@@ -70,6 +70,19 @@ func (fs *FS) Access(ctx context.Context, c *Cred, id NodeID, mask uint32) error
 		_, _, err := fs.GetAttr(ctx, c, id)
 		return err
 	}
+	want := accessWant(n, mask)
+	granted, err := fs.accessBits(ctx, c, n, want)
+	if err != nil {
+		return err
+	}
+	if granted&want != want {
+		return syscall.EACCES
+	}
+	return nil
+}
+
+// accessWant returns the ACCESS bits that answer access(2)'s mask for n.
+func accessWant(n *inode, mask uint32) uint32 {
 	n.mu.Lock()
 	isDir := n.attrValid && n.attr.Type == nfs3.TypeDir
 	n.mu.Unlock()
@@ -90,33 +103,54 @@ func (fs *FS) Access(ctx context.Context, c *Cred, id NodeID, mask uint32) error
 			want |= nfs3.AccessExecute
 		}
 	}
-	granted, err := fs.accessBits(ctx, c, n, want)
-	if err != nil {
-		return err
-	}
-	if granted&want != want {
-		return syscall.EACCES
-	}
-	return nil
+	return want
 }
 
 // accessBits returns the rights granted to c on n, from the cache when it
 // can answer for want.
 func (fs *FS) accessBits(ctx context.Context, c *Cred, n *inode, want uint32) (uint32, error) {
-	key := credKey(c)
-	now := fs.now()
-	n.mu.Lock()
-	_, _, fresh := n.cachedAttrLocked(now)
-	if e, ok := n.access[key]; ok && fresh && e.matches(&n.attr) && (!e.seeded || e.granted&want == want) {
-		n.mu.Unlock()
-		return e.granted, nil
+	if g, ok := fs.cachedAccess(c, n, want, true); ok {
+		return g, nil
 	}
-	n.mu.Unlock()
+	g, _, err := fs.accessRPC(ctx, c, n, false)
+	return g, err
+}
+
+// cachedAccess returns the rights granted to c on n if the cache can
+// answer for want: with fresh, only while n's attributes are within their
+// lifetime; without, from the last attributes known, which the caller is
+// about to refresh (the entry must still match them then).
+func (fs *FS) cachedAccess(c *Cred, n *inode, want uint32, fresh bool) (uint32, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.attrValid {
+		return 0, false
+	}
+	if _, _, ok := n.cachedAttrLocked(fs.now()); !ok && fresh {
+		return 0, false
+	}
+	if e, ok := n.access[credKey(c)]; ok && e.matches(&n.attr) && (!e.seeded || e.granted&want == want) {
+		return e.granted, true
+	}
+	return 0, false
+}
+
+// accessRPC asks the server what c may do with n (everything at once, so
+// the answer serves any later mask) and caches the answer and the
+// attributes that come with it, reporting whether they did. A fresh caller
+// (close-to-open) joins no ACCESS sent before it came: its attributes
+// must be from after the open began.
+func (fs *FS) accessRPC(ctx context.Context, c *Cred, n *inode, fresh bool) (granted uint32, gotAttr bool, err error) {
+	key := credKey(c)
 	flightKey := "a" + strconv.FormatUint(uint64(n.id), 10) + "/" + key
 	if fs.opts.NoAC {
 		flightKey = ""
 	}
-	v, err := fs.flightOrCall(ctx, flightKey, false, func() (any, error) {
+	type answer struct {
+		granted uint32
+		attr    bool
+	}
+	v, err := fs.flightOrCall(ctx, flightKey, fresh, func() (any, error) {
 		var res nfs3.AccessRes
 		at := fs.now()
 		if err := fs.call(ctx, c, nfs3.ProcAccess, &nfs3.AccessArgs{Obj: n.fh, Access: accessAll}, &res); err != nil {
@@ -139,12 +173,13 @@ func (fs *FS) accessBits(ctx context.Context, c *Cred, n *inode, want uint32) (u
 				gid: n.attr.GID, ctime: n.attr.Ctime, at: at}
 		}
 		n.mu.Unlock()
-		return res.Access, nil
+		return answer{res.Access, res.ObjAttr.Present}, nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	return v.(uint32), nil
+	a := v.(answer)
+	return a.granted, a.attr, nil
 }
 
 // seedAccess records what a file's creator may do with it, from the owner

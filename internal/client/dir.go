@@ -85,6 +85,12 @@ type openDir struct {
 	marks map[uint64]uint64
 	// pending gathers a pass from the server that may turn out complete.
 	pending *pendingList
+	// kept is the complete listing the kernel was told it may list the
+	// stream from (DirCache); read under node.mu. namesUntil: when the
+	// names a plus pass from offset 0 hands the kernel expire (zero: not
+	// such a pass).
+	kept       *dirList
+	namesUntil time.Time
 	// The current run. seen holds the offsets it returned, so that a
 	// restart skips them; asked the cookies read from since it (re)started:
 	// reading from one again is a loop.
@@ -157,8 +163,9 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 		if err := fs.startPass(ctx, c, d, plus); err != nil {
 			return err
 		}
+		fs.passBegunLocked(d, plus)
 	case offset != d.next:
-		if err := d.seek(offset); err != nil {
+		if err := fs.seekDir(d, offset, plus); err != nil {
 			return err
 		}
 	case d.failed != nil:
@@ -195,6 +202,7 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 			d.gained++
 		}
 		if d.eof {
+			fs.passEndedLocked(d)
 			return nil
 		}
 		if err := fs.fetchDir(ctx, c, d, plus); err != nil {

@@ -95,19 +95,17 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	// answered by the ACCESS cache as long as mode and owner are unchanged.
 	// An open that truncates gets them from its SETATTR's reply instead.
 	trunc := flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY
-	if trunc {
+	if fs.opts.CTO && !trunc {
+		if err := fs.openCheck(ctx, c, n, accessForOpen(flags)); err != nil {
+			return 0, false, err
+		}
+	} else {
 		if _, err := fs.attrOrFetch(ctx, c, n); err != nil {
 			return 0, false, err
 		}
-	} else if fs.opts.CTO {
-		if _, _, err := fs.getattrShared(ctx, c, n, true); err != nil {
+		if err := fs.Access(ctx, c, id, accessForOpen(flags)); err != nil {
 			return 0, false, err
 		}
-	} else if _, err := fs.attrOrFetch(ctx, c, n); err != nil {
-		return 0, false, err
-	}
-	if err := fs.Access(ctx, c, id, accessForOpen(flags)); err != nil {
-		return 0, false, err
 	}
 	if trunc {
 		if _, _, err := fs.truncateOnOpen(ctx, c, n); err != nil {
@@ -126,6 +124,33 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	return fs.addOpenFile(n, flags, c).id, keepCache, nil
 }
 
+// openCheck is an open's close-to-open revalidation and permission check.
+// The attributes must come from a call sent after the open began. Where
+// the ACCESS cache cannot answer for the attributes the file has (a fresh
+// mount, another identity, a changed mode), the check needs an ACCESS
+// anyway, and its reply carries the file's attributes: one call answers
+// both. Otherwise a GETATTR, and the cache answers while mode, owner and
+// ctime are unchanged.
+func (fs *FS) openCheck(ctx context.Context, c *Cred, n *inode, mask uint32) error {
+	want := accessWant(n, mask)
+	if _, ok := fs.cachedAccess(c, n, want, false); !ok {
+		granted, gotAttr, err := fs.accessRPC(ctx, c, n, true)
+		if err != nil {
+			return err
+		}
+		if gotAttr {
+			if granted&want != want {
+				return syscall.EACCES
+			}
+			return nil
+		}
+	}
+	if _, _, err := fs.getattrShared(ctx, c, n, true); err != nil {
+		return err
+	}
+	return fs.Access(ctx, c, n.id, mask)
+}
+
 // truncateOnOpen empties a file for open(O_TRUNC): a SETATTR even when the
 // cache says the file is already empty, since the open did not revalidate.
 func (fs *FS) truncateOnOpen(ctx context.Context, c *Cred, n *inode) (Attr, time.Duration, error) {
@@ -133,8 +158,8 @@ func (fs *FS) truncateOnOpen(ctx context.Context, c *Cred, n *inode) (Attr, time
 	return fs.SetAttr(ctx, c, n.id, SetAttrIn{SetSize: true})
 }
 
-// Create creates and opens a regular file. O_EXCL becomes an EXCLUSIVE
-// CREATE, so a retransmitted create cannot fail with EEXIST.
+// Create creates and opens a regular file: one CREATE carrying the mode,
+// GUARDED for O_EXCL.
 func (fs *FS) Create(ctx context.Context, c *Cred, parent NodeID, name string, flags, mode uint32) (Entry, uint64, error) {
 	if err := fs.checkName(name); err != nil {
 		return Entry{}, 0, err
@@ -143,7 +168,7 @@ func (fs *FS) Create(ctx context.Context, c *Cred, parent NodeID, name string, f
 	if err != nil {
 		return Entry{}, 0, err
 	}
-	e, _, err := fs.create(ctx, c, dir, name, mode, flags&syscall.O_EXCL != 0, flags&syscall.O_TRUNC != 0)
+	e, err := fs.create(ctx, c, dir, name, mode, flags&syscall.O_EXCL != 0, flags&syscall.O_TRUNC != 0)
 	if err != nil {
 		return Entry{}, 0, err
 	}

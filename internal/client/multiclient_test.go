@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
@@ -188,82 +187,6 @@ func knownNode(dir *inode, name string) NodeID {
 		return d.node
 	}
 	return 0
-}
-
-// hookConn runs a hook before each RPC call record it sends, given the
-// call's procedure (the client writes whole records: mark, then header).
-type hookConn struct {
-	net.Conn
-	before func(proc uint32)
-}
-
-func (h *hookConn) Write(b []byte) (int, error) {
-	// record mark, xid, msg_type, rpcvers, prog, vers, proc
-	if len(b) >= 28 && binary.BigEndian.Uint32(b[8:]) == 0 {
-		h.before(binary.BigEndian.Uint32(b[24:]))
-	}
-	return h.Conn.Write(b)
-}
-
-// TestExclusiveCreateRemovedBeforeSetattr: an exclusive create is a CREATE
-// and then a SETATTR of the mode and times; another client removes the new
-// file between the two. The create happened, as a local file unlinked
-// right after its creation: the open succeeds (the later write-back is
-// what fails), just as it does for a create without O_EXCL, whose CREATE
-// carries the attributes.
-func TestExclusiveCreateRemovedBeforeSetattr(t *testing.T) {
-	ts := startServer(t)
-	var armed atomic.Bool
-	var removed atomic.Int32
-	hook := func(proc uint32) {
-		if proc == nfs3.ProcSetattr && armed.CompareAndSwap(true, false) {
-			if err := os.Remove(filepath.Join(ts.dir, "new")); err == nil {
-				removed.Add(1)
-			}
-		}
-	}
-	o, err := ParseOptions(fmt.Sprintf("port=%d,mountport=%d,timeo=50", port(ts.nfsL.Addr()), port(ts.mountL.Addr())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d net.Dialer
-	ctx := ctxT(t)
-	fs, err := Mount(ctx, Config{Server: "127.0.0.1", Export: ts.srv.Root(), Options: o,
-		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, "tcp", addr)
-			if err != nil {
-				return nil, err
-			}
-			return &hookConn{Conn: c, before: hook}, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close(context.Background()) })
-
-	armed.Store(true)
-	e, fh, err := fs.Create(ctx, root, RootID, "new", syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL, 0o644)
-	if removed.Load() != 1 {
-		t.Fatalf("the file was not removed between CREATE and SETATTR (err %v)", err)
-	}
-	if err != nil {
-		t.Fatalf("exclusive create of a file removed right after: %v, want success", err)
-	}
-	if e.Node == 0 || e.Attr.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		t.Errorf("entry: %+v", e)
-	}
-	// Its data has nowhere to go: the close says so.
-	if _, err := fs.Write(ctx, root, fh, 0, []byte("x")); err != nil {
-		t.Fatalf("write: %v", err)
-	}
-	if err := fs.Flush(ctx, root, fh); Errno(err) != syscall.ESTALE {
-		t.Errorf("close of the removed file: %v, want ESTALE", err)
-	}
-	fs.Release(ctx, fh)
-	// The name leads nowhere.
-	if _, err := fs.Lookup(ctx, root, RootID, "new"); Errno(err) != syscall.ENOENT {
-		t.Errorf("lookup of the removed file: %v, want ENOENT", err)
-	}
 }
 
 // holdFront forwards NFS calls to a real server; when armed, it holds the

@@ -83,6 +83,9 @@ func (fs *FS) dropAbsentLocked(dir *inode) {
 		delete(dir.names, name)
 	}
 	dir.namesGen++ // a listing being gathered now is not complete either
+	if dir.list != nil || dir.nameVerOK {
+		fs.listingChangedLocked(dir) // not a first sight: the kernel may hold the contents
+	}
 	dir.list = nil
 }
 
@@ -145,6 +148,7 @@ func (fs *FS) applyDirOpWcc(dir *inode, w *nfs3.WccData, at time.Time, status nf
 		_, listed := dir.list.entries[name]
 		if listed == (status == nfs3.ErrNoEnt) {
 			dir.list = nil
+			fs.listingChangedLocked(dir)
 		}
 	}
 	dir.mu.Unlock()

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"strconv"
@@ -100,13 +101,12 @@ func (fs *FS) noteStale(n *inode, st nfs3.Status) {
 	}
 }
 
-// localAttr converts attributes for the kernel, accounting for data written
-// here and not yet sent: the file is as large as its dirty data reaches.
+// localAttr converts attributes for the kernel, accounting for what was
+// done here and not yet sent: the file is as large as its dirty data
+// reaches, and has the times held for that data.
 func (fs *FS) localAttr(n *inode, a *nfs3.Fattr) Attr {
 	out := attrFromNFS(a)
-	if end := fs.wb.dirtyEnd(n); end > out.Size {
-		out.Size = end
-	}
+	fs.wb.localAttrs(n, &out)
 	return out
 }
 
@@ -214,7 +214,9 @@ func (in *SetAttrIn) sattr() nfs3.Sattr {
 }
 
 // SetAttr changes attributes. Dirty data is written first, so that a size
-// or time set now is not undone by data sent later.
+// or time set now is not undone by data sent later; times alone set by the
+// owner while data is pending are held until it is sent (heldtimes.go),
+// and go out with the next SETATTR.
 func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (Attr, time.Duration, error) {
 	n, err := fs.node(id)
 	if err != nil {
@@ -223,20 +225,36 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	if !in.Atime.fits() || !in.Mtime.fits() {
 		return Attr{}, 0, syscall.EOVERFLOW
 	}
-	if fs.dropNoops(n, &in) {
-		// Nothing would change: answer from the cache, send nothing.
+	if fs.dropNoops(n, &in) || in.timesOnly() && fs.wb.holdTimes(n, c, &in) {
+		// Nothing would change, or nothing yet: answer from the cache
+		// (valid either way, if maybe past its lifetime), send nothing.
 		n.mu.Lock()
-		a, left, _ := n.cachedAttrLocked(fs.now())
+		a, left := n.attr, time.Duration(0)
+		if _, l, ok := n.cachedAttrLocked(fs.now()); ok {
+			left = l
+		}
 		n.mu.Unlock()
 		return fs.localAttr(n, &a), left, nil
 	}
+	held := fs.wb.takeTimes(n)
+	in.mergeHeld(held)
 	if in.SetSize || in.Atime.How != TimeOmit || in.Mtime.How != TimeOmit {
 		// Never abandoned half-way (see await): the data would be lost.
-		flush := func(ctx context.Context) error { return fs.wb.flush(ctx, n, nfs3.Unstable) }
+		flush := func(ctx context.Context) error { return fs.wb.flushOrdered(ctx, n) }
 		if err := fs.await(ctx, flush); err != nil {
+			fs.wb.restoreTimes(n, held)
 			return Attr{}, 0, err
 		}
 	}
+	a, ttl, err := fs.setattrRPC(ctx, c, n, in)
+	if err != nil {
+		fs.wb.restoreTimes(n, held)
+	}
+	return a, ttl, err
+}
+
+// setattrRPC sends one SETATTR and caches its result.
+func (fs *FS) setattrRPC(ctx context.Context, c *Cred, n *inode, in SetAttrIn) (Attr, time.Duration, error) {
 	args := nfs3.SetattrArgs{Obj: n.fh, Attr: in.sattr()}
 	var res nfs3.SetattrRes
 	at := fs.now()
@@ -252,7 +270,7 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 		fs.wb.truncated(n, in.Size)
 	}
 	if !res.Wcc.After.Present {
-		return fs.GetAttr(ctx, c, id)
+		return fs.GetAttr(ctx, c, n.id)
 	}
 	return fs.localAttr(n, &res.Wcc.After.Attr), n.attrLeft(fs.now()), nil
 }
@@ -315,12 +333,23 @@ func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string
 	n.mu.Lock()
 	if a.Type == nfs3.TypeDir {
 		n.parent, n.name = dir.id, name
+		// Made just now: empty in the version the reply shows.
+		if res.ObjAttr.Present && versionOf(&res.ObjAttr.Attr) == versionOf(&a) {
+			fs.madeEmptyLocked(n)
+		}
 	}
-	// A new file's data is what we will write: nothing cached to distrust.
-	n.dataValid, n.dataMtime, n.dataSize = true, a.Mtime, a.Size
+	newFileLocked(n, &a)
 	n.mu.Unlock()
 	fs.changeName(dir, name, n, at)
 	return fs.entryFor(n, &a, dir), nil
+}
+
+// newFileLocked records that n was just created by us: its data is what
+// we will write, nothing cached to distrust.
+//
+// LOCKS_REQUIRED(n.mu)
+func newFileLocked(n *inode, a *nfs3.Fattr) {
+	n.dataValid, n.dataMtime, n.dataSize = true, a.Mtime, a.Size
 }
 
 // Mkdir creates a directory.
@@ -374,8 +403,7 @@ func (fs *FS) Mknod(ctx context.Context, c *Cred, parent NodeID, name string, mo
 	var typ nfs3.Ftype
 	switch mode & syscall.S_IFMT {
 	case syscall.S_IFREG, 0:
-		e, _, err := fs.create(ctx, c, dir, name, mode, false, false)
-		return e, err
+		return fs.create(ctx, c, dir, name, mode, false, false)
 	case syscall.S_IFIFO:
 		typ = nfs3.TypeFifo
 	case syscall.S_IFSOCK:
@@ -398,58 +426,84 @@ func (fs *FS) Mknod(ctx context.Context, c *Cred, parent NodeID, name string, mo
 	return fs.finishCreate(ctx, c, dir, name, (*nfs3.CreateRes)(&res), at)
 }
 
-// create sends CREATE: EXCLUSIVE for O_EXCL (then SETATTR for the mode, as
-// an exclusive create carries no attributes), UNCHECKED otherwise.
-func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode uint32, excl, trunc bool) (Entry, bool, error) {
-	args := nfs3.CreateArgs{Where: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}}
+// create sends CREATE carrying the mode: GUARDED for O_EXCL, UNCHECKED
+// otherwise (see DEVELOPERS.md, "Creating files"). A GUARDED create also
+// sets the new file's atime to a verifier (createVerifier), which tells a
+// file an earlier transmission of this very call made from someone else's:
+// a server without a duplicate request cache answers a retransmitted
+// GUARDED CREATE with EEXIST.
+func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode uint32, excl, trunc bool) (Entry, error) {
+	args := nfs3.CreateArgs{Where: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}, Mode: nfs3.Unchecked,
+		Attr: nfs3.Sattr{SetMode: true, Mode: mode & 07777}}
+	var verf nfs3.Time
 	if excl {
-		args.Mode = nfs3.Exclusive
-		if _, err := rand.Read(args.Verf[:]); err != nil {
-			return Entry{}, false, fmt.Errorf("create verifier: %w", err)
+		var err error
+		if verf, err = fs.createVerifier(); err != nil {
+			return Entry{}, err
 		}
-	} else {
-		args.Mode = nfs3.Unchecked
-		args.Attr = nfs3.Sattr{SetMode: true, Mode: mode & 07777}
-		if trunc {
-			args.Attr.SetSize, args.Attr.Size = true, 0
-		}
+		args.Mode = nfs3.Guarded
+		args.Attr.Atime = nfs3.SetTime{How: nfs3.SetToClientTime, Time: verf}
+	} else if trunc {
+		args.Attr.SetSize, args.Attr.Size = true, 0
 	}
 	var res nfs3.CreateRes
 	at := fs.now()
 	if err := fs.call(ctx, c, nfs3.ProcCreate, &args, &res); err != nil {
-		return Entry{}, false, err
+		return Entry{}, err
 	}
 	e, err := fs.finishCreate(ctx, c, dir, name, &res, at)
-	if err != nil {
-		return e, false, err
-	}
-	if !excl {
-		if n := fs.nodes.get(e.Node); n != nil {
-			fs.seedAccess(c, n, at)
+	if excl && err == nfs3.ErrExist {
+		if mine, ok := fs.createdEarlier(ctx, c, dir, name, verf); ok {
+			e, err = mine, nil
 		}
-		return e, false, nil
-	}
-	// The exclusive create stored its verifier in the times: set the real
-	// mode and times now.
-	set := SetAttrIn{SetMode: true, Mode: mode, Atime: SetTime{How: TimeNow}, Mtime: SetTime{How: TimeNow}}
-	a, ttl, err := fs.SetAttr(ctx, c, e.Node, set)
-	if Errno(err) == syscall.ESTALE {
-		// Another client removed the new file before its attributes were
-		// set. The create happened all the same, as a local file unlinked
-		// right after its creation: the open succeeds and its write-back
-		// fails, just as when a CREATE carrying the attributes itself
-		// (without O_EXCL) meets the same removal.
-		return e, true, nil
 	}
 	if err != nil {
-		fs.nodes.forget(e.Node, 1)
-		return Entry{}, false, err
+		return Entry{}, err
 	}
-	e.Attr, e.AttrTTL = a, ttl
 	if n := fs.nodes.get(e.Node); n != nil {
 		fs.seedAccess(c, n, at)
 	}
-	return e, true, nil
+	return e, nil
+}
+
+// createVerifier returns the atime a GUARDED CREATE gives its file: now,
+// with random nanoseconds. It is the file's creation time to anyone
+// looking, and 30 random bits to us.
+func (fs *FS) createVerifier() (nfs3.Time, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nfs3.Time{}, fmt.Errorf("create verifier: %w", err)
+	}
+	return nfs3.Time{Seconds: uint32(fs.now().Unix()), Nseconds: binary.BigEndian.Uint32(b[:]) % 1e9}, nil
+}
+
+// createdEarlier handles EEXIST for our GUARDED CREATE of name in dir: if
+// the file there has the create's verifier as its atime, an earlier
+// transmission of the call made it (a server without a duplicate request
+// cache ran it twice), and the create succeeded. It returns the file's
+// entry, referenced, if so.
+func (fs *FS) createdEarlier(ctx context.Context, c *Cred, dir *inode, name string, verf nfs3.Time) (Entry, bool) {
+	// The EEXIST dropped the name from the caches: this asks the server.
+	e, err := fs.Lookup(ctx, c, dir.id, name)
+	if err != nil {
+		return Entry{}, false
+	}
+	n := fs.nodes.get(e.Node)
+	if n == nil {
+		return Entry{}, false
+	}
+	n.mu.Lock()
+	ours := n.attrValid && n.attr.Type == nfs3.TypeReg && n.attr.Atime == verf
+	if ours {
+		newFileLocked(n, &n.attr)
+	}
+	n.mu.Unlock()
+	if !ours {
+		fs.nodes.forget(e.Node, 1)
+		return Entry{}, false
+	}
+	fs.logf("hushfs: directory %s: CREATE of %q answered EEXIST, but the file is the one an earlier transmission of the same call made (the server ran it twice: no duplicate request cache?); created", fs.describeDir(dir), name)
+	return e, true
 }
 
 // pathMax is PATH_MAX: a symbolic link's target, with its terminating NUL,

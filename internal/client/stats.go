@@ -131,6 +131,9 @@ type Snapshot struct {
 	Origins map[string]map[string]uint64 `json:"origins"` // kernel operation → NFS procedure → calls
 	// Resends: data sent again after the write verifier changed.
 	Resends WriteResends `json:"write_resends"`
+	// FUSE counts the kernel's requests that reached the mount daemon, by
+	// operation (filled in by the FUSE adapter, like Version).
+	FUSE map[string]uint64 `json:"fuse_requests,omitempty"`
 }
 
 // Snapshot copies the counters.

@@ -35,6 +35,7 @@ type fileState struct {
 	sending  int           // chunks being sent (queued or WRITE in flight)
 	queue    []queuedChunk // streamed chunks waiting for a streamer
 	streams  int           // streamers running (at most rpcWindow)
+	times    *heldTimes    // times set while data was pending (heldtimes.go)
 	err      error         // last write-back error
 	errSeq   uint64        // count of write-back errors; descriptors compare with it
 	cred     Cred          // credential write-back is done with: the last writer's
@@ -131,7 +132,7 @@ func (w *writeback) ageLoop() {
 }
 
 // flushAged sends and commits the data of every file dirty for longer than
-// dirtyExpire.
+// dirtyExpire, and the times held for as long.
 func (w *writeback) flushAged(ctx context.Context) {
 	now := w.fs.now()
 	w.mu.Lock()
@@ -146,7 +147,8 @@ func (w *writeback) flushAged(ctx context.Context) {
 			continue
 		}
 		st.mu.Lock()
-		aged := len(st.dirty) > 0 && now.Sub(st.dirtySince) >= dirtyExpire && !now.Before(st.retryAt)
+		aged := (len(st.dirty) > 0 && now.Sub(st.dirtySince) >= dirtyExpire ||
+			st.times != nil && now.Sub(st.times.at) >= dirtyExpire) && !now.Before(st.retryAt)
 		st.mu.Unlock()
 		if aged {
 			if err := w.flush(ctx, n, nfs3.FileSync); err != nil {
@@ -230,6 +232,7 @@ func (w *writeback) write(ctx context.Context, of *openFile, c *Cred, off uint64
 	st.cred = Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)}
 	before := st.dirty.bytes()
 	st.dirty = st.dirty.insert(off, p)
+	st.writtenLocked()
 	n.changes.Add(1) // after the data is pending: see pendingIn
 	grown := int64(st.dirty.bytes()) - int64(before)
 	// Stream out full wsize chunks once two are dirty back to back, so a
@@ -412,21 +415,40 @@ func (st *fileState) setErrLocked(err error) {
 // flush sends all of n's dirty data and waits for every send in flight.
 // With stable other than Unstable it also makes everything durable: either
 // as one FILE_SYNC WRITE, when all that is pending fits in one, or by
-// COMMIT, resending whatever a changed write verifier says was lost. A file
-// backing off after its write verifier kept changing is not sent before
-// its retry time: the flush fails with EIO (the data is not durable).
+// COMMIT, resending whatever a changed write verifier says was lost; then
+// it sends the times held for the data. A file backing off after its write
+// verifier kept changing is not sent before its retry time: the flush
+// fails with EIO (the data is not durable).
 func (w *writeback) flush(ctx context.Context, n *inode, stable nfs3.StableHow) error {
 	return w.flushFile(ctx, n, stable, false)
 }
 
+// flushOrdered sends all of n's dirty data before a SETATTR that must come
+// after it: as one FILE_SYNC WRITE when all that is pending fits in one
+// (no COMMIT needed later), else UNSTABLE, committed later as usual.
+func (w *writeback) flushOrdered(ctx context.Context, n *inode) error {
+	return w.flushData(ctx, n, nfs3.FileSync, false, false)
+}
+
 // flushFile is flush; atUnmount makes a file backing off try once more now.
 func (w *writeback) flushFile(ctx context.Context, n *inode, stable nfs3.StableHow, atUnmount bool) error {
+	durable := stable != nfs3.Unstable
+	if err := w.flushData(ctx, n, stable, atUnmount, durable); err != nil || !durable {
+		return err
+	}
+	return w.sendHeldTimes(ctx, n)
+}
+
+// flushData sends n's dirty data with stable (UNSTABLE where more than one
+// WRITE is needed, or unstable data waits for a COMMIT anyway) and, with
+// commit, makes it all durable.
+func (w *writeback) flushData(ctx context.Context, n *inode, stable nfs3.StableHow, atUnmount, commit bool) error {
 	st := peek(n)
 	if st == nil {
 		return nil
 	}
 	retries := maxCommitRetries
-	if stable != nfs3.Unstable {
+	if commit {
 		now := w.fs.now()
 		st.mu.Lock()
 		if st.retryDelay > 0 {
@@ -468,7 +490,7 @@ func (w *writeback) flushFile(ctx context.Context, n *inode, stable nfs3.StableH
 		if err := ctx.Err(); err != nil {
 			return err // interrupted: unsent data is dirty again
 		}
-		if stable == nfs3.Unstable {
+		if !commit {
 			return nil
 		}
 		st.mu.Lock()
@@ -635,7 +657,7 @@ func (w *writeback) release(n *inode) {
 		return
 	}
 	st.mu.Lock()
-	idle := len(st.dirty) == 0 && st.sending == 0 && len(st.unstable) == 0 && len(st.clean) == 0
+	idle := len(st.dirty) == 0 && st.sending == 0 && len(st.unstable) == 0 && len(st.clean) == 0 && st.times == nil
 	st.mu.Unlock()
 	if !idle {
 		return

@@ -6,9 +6,11 @@ import (
 	"hushfs/internal/client"
 )
 
-// OpenDir opens a directory stream. FOPEN_CACHE_DIR stays off: listings
-// come from the core each time, which keeps no listing the kernel could
-// be told is still good.
+// OpenDir opens a directory stream. The kernel keeps the contents it
+// lists in its page cache (FOPEN_CACHE_DIR) and lists an unchanged
+// directory from there, with no READDIR request; it keeps them across
+// opens (FOPEN_KEEP_CACHE) only while the core holds the directory's
+// complete listing for its current version (client.FS.DirCache).
 func (fs *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	rc := fs.request(cancel, &in.InHeader, "opendir")
 	defer rc.finish()
@@ -17,6 +19,12 @@ func (fs *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 		return status(err)
 	}
 	*out = fuse.OpenOut{Fh: dh}
+	if cache, keep := fs.core.DirCache(dh); cache {
+		out.OpenFlags |= fuse.FOPEN_CACHE_DIR
+		if keep {
+			out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
+		}
+	}
 	return fuse.OK
 }
 
@@ -71,11 +79,13 @@ func (fs *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.Dir
 
 // ReleaseDir closes a directory stream.
 func (fs *FS) ReleaseDir(in *fuse.ReleaseIn) {
+	fs.requests.add("releasedir")
 	fs.core.ReleaseDir(in.Fh)
 }
 
 // FsyncDir has nothing to do: directory operations are synchronous on the
 // server (NFSv3 has no unstable directory changes).
 func (fs *FS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	fs.requests.add("fsyncdir")
 	return fuse.OK
 }

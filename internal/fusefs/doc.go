@@ -22,6 +22,14 @@
 //     close-to-open check); the kernel also drops a file's pages by itself
 //     when attributes it is handed show another size or mtime
 //     (CAP_AUTO_INVAL_DATA, go-fuse's default).
+//   - Directory contents (FOPEN_CACHE_DIR): an unchanged directory is
+//     listed from the kernel's page cache, with no READDIR request. Kept
+//     across opens (FOPEN_KEEP_CACHE) while the core holds the directory's
+//     complete listing for its current version and the names a plus
+//     listing gave the kernel have not expired; the core tells the kernel to
+//     drop them when it learns of another version (client.FS.DirCache). The
+//     kernel also drops them itself when the directory's mtime or its own
+//     change counter (every change made through the mount) moves.
 //
 // Writes are not cached by the kernel (no CAP_WRITEBACK_CACHE unless the
 // fuse_writeback_cache option asks, for comparison; see DEVELOPERS.md): each
@@ -57,11 +65,17 @@
 //
 // # Statistics
 //
-// The root directory answers getxattr("user.hushfs.stats") with the core's
-// per-procedure RPC statistics as JSON; setxattr of the same name with the
-// value "reset" zeroes them. Every other extended attribute is absent
-// (ENODATA), not unsupported: an ENOSYS would make the kernel stop asking,
-// and the statistics would become unreachable.
+// The daemon serves the core's per-procedure RPC statistics, and the
+// kernel's requests that reached it by operation, on a Unix socket named by
+// the mount's device in RuntimeDir of the mount's owner (/run/hushfs for
+// root); only root and the owner may connect. `hushfs stats MNT` finds it
+// from the mount table, never touching the mount (control.go).
+//
+// # Extended attributes
+//
+// There are none (NFSv3 has none): the xattr requests answer ENOSYS, so
+// the kernel stops sending them after the first and answers EOPNOTSUPP
+// itself (xattr.go).
 //
 // # Mount options
 //

@@ -73,6 +73,7 @@ func (fs *FS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out 
 // Forget drops the kernel's references (go-fuse splits BATCH_FORGET into
 // one call per node).
 func (fs *FS) Forget(nodeid, nlookup uint64) {
+	fs.requests.add("forget")
 	fs.core.Forget(node(nodeid), nlookup)
 }
 

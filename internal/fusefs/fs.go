@@ -41,6 +41,8 @@ type FS struct {
 	blksize uint32 // st_blksize reported for every file
 	owner   uint32 // the mounting user: may reset the statistics, with root
 	version string
+	// requests counts the requests served, by operation (statistics).
+	requests requestCounts
 	// signalled reports whether a calling thread has a signal pending
 	// that interrupts its request (see reqCtx); killed whether it is
 	// being killed (see killable).
@@ -76,6 +78,7 @@ func New(core *client.FS, opts Options) *FS {
 		blksize:       blksize,
 		owner:         uint32(os.Geteuid()),
 		version:       opts.Version,
+		requests:      newRequestCounts(),
 		signalled:     func(tid uint32) bool { return callerSignalled(opts.ProcDir, tid) },
 		killed:        func(tid uint32) bool { return callerKilled(opts.ProcDir, tid) },
 	}
@@ -128,6 +131,7 @@ type reqCtx struct {
 
 // request returns the context of a request for operation op.
 func (fs *FS) request(cancel <-chan struct{}, h *fuse.InHeader, op string) *reqCtx {
+	fs.requests.add(op)
 	return &reqCtx{op: op, cancel: cancel, tid: h.Caller.Pid, signalled: fs.signalled}
 }
 
@@ -140,6 +144,7 @@ func (fs *FS) request(cancel <-chan struct{}, h *fuse.InHeader, op string) *reqC
 // (the kernel waits out a FLUSH even for SIGKILL once it is ours, but it
 // does send INTERRUPT). The write-back itself goes on (client.FS.await).
 func (fs *FS) killable(cancel <-chan struct{}, h *fuse.InHeader, op string) *reqCtx {
+	fs.requests.add(op)
 	return &reqCtx{op: op, cancel: cancel, tid: h.Caller.Pid, signalled: fs.killed}
 }
 
@@ -147,6 +152,7 @@ func (fs *FS) killable(cancel <-chan struct{}, h *fuse.InHeader, op string) *req
 // (RELEASE, sent in the background): go-fuse cancels it only when the
 // connection ends, and then it ends.
 func (fs *FS) lifetime(cancel <-chan struct{}, op string) *reqCtx {
+	fs.requests.add(op)
 	return &reqCtx{op: op, cancel: cancel, signalled: func(uint32) bool { return true }}
 }
 

@@ -3,7 +3,6 @@ package fusefs
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -693,77 +692,6 @@ func TestStatFs(t *testing.T) {
 	}
 }
 
-func TestXAttrStats(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	e.lookup(1, ".") // some traffic of our own
-	h := e.hdr(1)
-	size, st := e.fs.GetXAttr(nil, &h, StatsXAttr, nil)
-	if st != fuse.ERANGE || size == 0 {
-		t.Fatalf("size query = %d, %v; want a size and ERANGE", size, st)
-	}
-	buf := make([]byte, size+4096)
-	n, st := e.fs.GetXAttr(nil, &h, StatsXAttr, buf)
-	if st != fuse.OK {
-		t.Fatalf("GetXAttr = %v", st)
-	}
-	var snap client.Snapshot
-	if err := json.Unmarshal(buf[:n], &snap); err != nil {
-		t.Fatalf("stats JSON: %v\n%s", err, buf[:n])
-	}
-	now := e.core.Stats().Snapshot()
-	if snap.Count("FSINFO") != 1 || snap.Ops["MOUNT:MNT"].Ops != 1 || snap.Total() != now.Total() {
-		t.Errorf("stats: FSINFO %d MNT %d total %d (core %d)", snap.Count("FSINFO"), snap.Ops["MOUNT:MNT"].Ops, snap.Total(), now.Total())
-	}
-	if snap.Ops["FSINFO"].BytesSent == 0 || snap.Ops["FSINFO"].RTT <= 0 {
-		t.Errorf("FSINFO stats not filled: %+v", snap.Ops["FSINFO"])
-	}
-
-	// Other attributes and nodes: absent, not unsupported.
-	if _, st := e.fs.GetXAttr(nil, &h, "user.other", buf); st != fuse.ENODATA {
-		t.Errorf("other attribute = %v, want ENODATA", st)
-	}
-	if err := os.WriteFile(filepath.Join(e.dir, "f"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fh := e.hdr(e.lookup(1, "f").NodeId)
-	if _, st := e.fs.GetXAttr(nil, &fh, StatsXAttr, buf); st != fuse.ENODATA {
-		t.Errorf("stats attribute on a file = %v, want ENODATA", st)
-	}
-	if n, st := e.fs.ListXAttr(nil, &h, buf); st != fuse.OK || n != 0 {
-		t.Errorf("ListXAttr = %d, %v; want empty", n, st)
-	}
-
-	set := func(hdr fuse.InHeader, name, value string) fuse.Status {
-		return e.fs.SetXAttr(nil, &fuse.SetXAttrIn{InHeader: hdr, Size: uint32(len(value))}, name, []byte(value))
-	}
-	if st := set(h, "user.other", "x"); st != fuse.ENOTSUP {
-		t.Errorf("SetXAttr other = %v, want ENOTSUP", st)
-	}
-	if st := set(fh, StatsXAttr, StatsReset); st != fuse.ENOTSUP {
-		t.Errorf("SetXAttr stats on a file = %v, want ENOTSUP", st)
-	}
-	if st := set(h, StatsXAttr, "zero"); st != fuse.EINVAL {
-		t.Errorf("SetXAttr stats bad value = %v, want EINVAL", st)
-	}
-	other := h
-	other.Uid = 4321
-	if st := set(other, StatsXAttr, StatsReset); st != fuse.EPERM {
-		t.Errorf("reset by another user = %v, want EPERM", st)
-	}
-	if st := e.fs.RemoveXAttr(nil, &h, StatsXAttr); st != fuse.ENOTSUP {
-		t.Errorf("RemoveXAttr = %v, want ENOTSUP", st)
-	}
-	if e.core.Stats().Snapshot().Total() == 0 {
-		t.Fatal("no calls counted before reset")
-	}
-	if st := set(h, StatsXAttr, StatsReset); st != fuse.OK {
-		t.Fatalf("reset = %v", st)
-	}
-	if s := e.core.Stats().Snapshot(); len(s.Ops) != 0 {
-		t.Errorf("after reset: %v", s.Names())
-	}
-}
-
 // sleeper starts a process with the given credentials (by pid: its
 // /proc/PID/status carries the groups) and kills it at cleanup.
 func sleeper(t *testing.T, uid, gid uint32, groups []uint32) int {
@@ -927,15 +855,16 @@ func TestMountOptions(t *testing.T) {
 }
 
 func TestParseMountInfo(t *testing.T) {
-	mi, err := parseMountInfo(`417 29 0:63 / /tmp/with\040space rw,nosuid,nodev,relatime shared:229 - fuse.hushfs 127.0.0.1:/srv/a\134b rw,user_id=0,group_id=0,max_read=1048576`)
+	mi, err := parseMountInfo(`417 29 0:63 / /tmp/with\040space rw,nosuid,nodev,relatime shared:229 - fuse.hushfs 127.0.0.1:/srv/a\134b rw,user_id=1000,group_id=0,max_read=1048576`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mi.Major != 0 || mi.Minor != 63 || mi.Mountpoint != "/tmp/with space" || mi.FSType != "fuse.hushfs" || mi.Source != `127.0.0.1:/srv/a\b` {
+	if mi.Major != 0 || mi.Minor != 63 || mi.Mountpoint != "/tmp/with space" || mi.FSType != "fuse.hushfs" || mi.Source != `127.0.0.1:/srv/a\b` ||
+		!mi.HasOwner || mi.Owner != 1000 {
 		t.Errorf("parsed %+v", mi)
 	}
 	mi, err = parseMountInfo(`22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw`)
-	if err != nil || mi.Mountpoint != "/" || mi.FSType != "ext4" {
+	if err != nil || mi.Mountpoint != "/" || mi.FSType != "ext4" || mi.HasOwner {
 		t.Errorf("no optional fields: %+v, %v", mi, err)
 	}
 	for _, bad := range []string{"", "1 2 3", "1 2 x:y / /m rw - t s o", "1 2 0:1 / /m rw shared:1"} {

@@ -48,11 +48,15 @@ type env struct {
 	clock *fakeClock
 	stall *stallProxy // non-nil when NFS goes through a stallable forwarder
 	opts  client.Options
+	// Set by mountKernel: the mount and its statistics directory.
+	mounted *Mounted
+	runDir  string
 }
 
 type envOpts struct {
 	options string // mount options besides the ports
 	stall   bool   // send NFS through a forwarder that can hold replies
+	clock   bool   // the core's caches expire by e.clock too (the kernel's do not)
 }
 
 func requireRoot(t *testing.T) {
@@ -98,7 +102,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	core, err := client.Mount(ctx, client.Config{Server: "127.0.0.1", Export: e.dir, Options: opts, Logf: t.Logf})
+	cfg := client.Config{Server: "127.0.0.1", Export: e.dir, Options: opts, Logf: t.Logf}
+	if o.clock {
+		cfg.Now = e.clock.Now
+	}
+	core, err := client.Mount(ctx, cfg)
 	if err != nil {
 		t.Fatalf("mount: %v", err)
 	}

@@ -26,11 +26,18 @@ func mountKernel(t *testing.T, o envOpts) (*env, string) {
 		t.Skipf("no FUSE: %v", err)
 	}
 	mnt := t.TempDir()
-	m, err := Mount(e.fs, mnt, MountConfig{Source: "127.0.0.1:" + e.dir, Options: e.opts, Logf: t.Logf})
+	e.runDir = t.TempDir()
+	m, err := Mount(e.fs, mnt, MountConfig{Source: "127.0.0.1:" + e.dir, Options: e.opts, Logf: t.Logf, RuntimeDir: e.runDir})
 	if err != nil {
 		t.Fatalf("Mount: %v", err)
 	}
+	e.mounted = m
 	t.Cleanup(func() {
+		select {
+		case <-m.Done():
+			return // unmounted by the test
+		default:
+		}
 		if err := m.Unmount(false); err != nil {
 			t.Errorf("unmount: %v", err)
 			m.Unmount(true)
@@ -160,41 +167,107 @@ func TestKernelCaching(t *testing.T) {
 	}
 }
 
-func TestKernelStatsXAttr(t *testing.T) {
+// The statistics of a live mount come through its socket, found from the
+// mount point; the socket goes away with the mount.
+func TestKernelStats(t *testing.T) {
 	e, mnt := mountKernel(t, envOpts{})
 	if _, err := os.ReadDir(mnt); err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 64<<10)
-	n, err := unix.Getxattr(mnt, StatsXAttr, buf)
+	b, err := queryControl("/proc/self/mountinfo", e.runDir, mnt, controlRequest{Stats: true})
 	if err != nil {
-		t.Fatalf("getxattr: %v", err)
+		t.Fatal(err)
 	}
 	var s client.Snapshot
-	if err := json.Unmarshal(buf[:n], &s); err != nil {
+	if err := json.Unmarshal(b, &s); err != nil {
 		t.Fatalf("stats JSON: %v", err)
 	}
 	if s.Count("READDIRPLUS") == 0 || s.Count("FSINFO") != 1 {
 		t.Errorf("stats: %v", s.Ops)
 	}
-	if _, err := unix.Getxattr(mnt, "user.other", buf); !errors.Is(err, unix.ENODATA) {
-		t.Errorf("getxattr(user.other) = %v, want ENODATA", err)
+	// The kernel's requests, counted as they reach the daemon.
+	if s.FUSE["opendir"] == 0 || s.FUSE["readdirplus"] == 0 {
+		t.Errorf("FUSE requests: %v", s.FUSE)
 	}
-	if n, err := unix.Listxattr(mnt, buf); err != nil || n != 0 {
-		t.Errorf("listxattr = %d, %v", n, err)
-	}
-	if err := unix.Setxattr(mnt, "user.other", []byte("x"), 0); !errors.Is(err, unix.ENOTSUP) {
-		t.Errorf("setxattr(user.other) = %v, want ENOTSUP", err)
-	}
-	if err := unix.Setxattr(mnt, StatsXAttr, []byte(StatsReset), 0); err != nil {
+	if _, err := queryControl("/proc/self/mountinfo", e.runDir, mnt, controlRequest{Reset: true}); err != nil {
 		t.Fatalf("reset: %v", err)
 	}
-	if s := e.core.Stats().Snapshot(); s.Total() != 0 {
-		t.Errorf("after reset: %v", s.Ops)
+	if s := e.fs.Stats(); s.Total() != 0 || s.FUSE["readdirplus"] != 0 {
+		t.Errorf("after reset: %v %v", s.Ops, s.FUSE)
 	}
-	// The attribute still answers after ENODATA answers (the kernel did
-	// not give up on getxattr).
-	if _, err := unix.Getxattr(mnt, StatsXAttr, buf); err != nil {
-		t.Errorf("getxattr after reset: %v", err)
+	// Reading them sent nothing to the mount.
+	if s := e.fs.Stats(); len(s.FUSE) != 0 {
+		t.Errorf("requests after reading the statistics: %v", s.FUSE)
+	}
+
+	ents, err := os.ReadDir(e.runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var socks []string
+	for _, d := range ents {
+		if strings.HasSuffix(d.Name(), controlSuffix) {
+			socks = append(socks, d.Name())
+		}
+	}
+	if len(socks) != 1 {
+		t.Fatalf("sockets in %s: %v, want one", e.runDir, socks)
+	}
+	if err := e.mounted.Unmount(false); err != nil {
+		t.Fatal(err)
+	}
+	<-e.mounted.Done()
+	if _, err := os.Lstat(filepath.Join(e.runDir, socks[0])); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket after unmount: %v, want removed", err)
+	}
+}
+
+// The mount has no extended attributes, and the kernel learns it from the
+// first request: stats and getxattrs of many files (what ls -l does for
+// each entry: lgetxattr of security.selinux, getxattr of a POSIX ACL)
+// send no more getxattr to the daemon, and every xattr call fails with
+// EOPNOTSUPP (but POSIX ACLs: the kernel says there is none).
+func TestKernelNoXAttrs(t *testing.T) {
+	e, mnt := mountKernel(t, envOpts{})
+	const files = 20
+	for i := range files {
+		if err := os.WriteFile(filepath.Join(e.dir, fmt.Sprintf("f%02d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 256)
+	for i := range files {
+		p := filepath.Join(mnt, fmt.Sprintf("f%02d", i))
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"security.selinux", "user.comment"} {
+			if _, err := unix.Lgetxattr(p, name, buf); !errors.Is(err, unix.EOPNOTSUPP) {
+				t.Fatalf("lgetxattr(%s, %s) = %v, want EOPNOTSUPP", p, name, err)
+			}
+		}
+		// POSIX ACLs are the kernel's to answer (no ACL: ENODATA).
+		if _, err := unix.Getxattr(p, "system.posix_acl_access", buf); !errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.EOPNOTSUPP) {
+			t.Fatalf("getxattr(%s, system.posix_acl_access) = %v, want ENODATA", p, err)
+		}
+	}
+	p := filepath.Join(mnt, "f00")
+	for range 3 {
+		if _, err := unix.Listxattr(p, buf); !errors.Is(err, unix.EOPNOTSUPP) {
+			t.Errorf("listxattr = %v, want EOPNOTSUPP", err)
+		}
+		if err := unix.Setxattr(p, "user.comment", []byte("x"), 0); !errors.Is(err, unix.EOPNOTSUPP) {
+			t.Errorf("setxattr = %v, want EOPNOTSUPP", err)
+		}
+		if err := unix.Removexattr(p, "user.comment"); !errors.Is(err, unix.EOPNOTSUPP) {
+			t.Errorf("removexattr = %v, want EOPNOTSUPP", err)
+		}
+	}
+	got := e.fs.Stats().FUSE
+	for _, op := range []string{"getxattr", "listxattr", "setxattr", "removexattr"} {
+		if got[op] != 1 {
+			t.Errorf("%s requests = %d, want 1 (the kernel asks once per mount)", op, got[op])
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -46,6 +47,9 @@ type MountConfig struct {
 	// Debug logs every FUSE request and reply through Logf.
 	Debug bool
 	Logf  func(format string, args ...any)
+	// RuntimeDir is where the statistics socket goes; empty means
+	// RuntimeDir(the mounting user), where `hushfs stats` looks.
+	RuntimeDir string
 }
 
 // MountOptions returns the go-fuse options for a mount. Choices:
@@ -63,10 +67,13 @@ type MountConfig struct {
 //   - MaxReadAhead is asked at MaxWrite, which INIT clamps to the kernel's
 //     default; ReadAhead raises it after mounting.
 //   - MaxBackground 64: see maxBackground.
-//   - DisableXAttrs false: the statistics live in an extended attribute.
-//     IgnoreSecurityLabels answers the kernel's getxattr of
-//     security.capability (sent before every write) and of POSIX ACLs with
-//     ENODATA inside go-fuse, as this file system would, one trip shorter.
+//   - No extended attributes: the adapter answers the four xattr requests
+//     ENOSYS, which the kernel keeps for the connection and answers
+//     EOPNOTSUPP itself from then on (xattr.go). DisableXAttrs would do the
+//     same inside go-fuse, but the requests would not be counted.
+//     IgnoreSecurityLabels is off: its ENODATA for security.capability
+//     (asked before every write) and POSIX ACLs would keep the kernel
+//     asking for them.
 //   - EnableLocks false: NFSv3 locking is NLM, another protocol; the kernel
 //     keeps locks local to this machine, as nfs(5)'s "nolock" does.
 //   - EnableSymlinkCaching: see the package documentation.
@@ -116,7 +123,7 @@ func MountOptions(cfg MountConfig, direct bool) *fuse.MountOptions {
 		MaxReadAhead:             MaxWrite,
 		MaxBackground:            maxBackground,
 		DisableXAttrs:            false,
-		IgnoreSecurityLabels:     true,
+		IgnoreSecurityLabels:     false,
 		EnableLocks:              false,
 		EnableSymlinkCaching:     true,
 		ExplicitDataCacheControl: false,
@@ -199,6 +206,10 @@ type Mounted struct {
 	srv          *fuse.Server
 	done         chan struct{}
 	logf         func(string, ...any)
+
+	mu      sync.Mutex
+	ctl     *control // GUARDED_BY(mu): the statistics socket, once made
+	ctlDone bool     // GUARDED_BY(mu): no socket (any more)
 }
 
 // ErrNotOurs says that what is mounted at a mount point (if anything) is
@@ -229,6 +240,7 @@ func Mount(fs *FS, mountpoint string, cfg MountConfig) (*Mounted, error) {
 	m := &Mounted{Mountpoint: mountpoint, srv: srv, done: make(chan struct{}), logf: logf}
 	go func() {
 		srv.Serve()
+		m.CloseStats()
 		close(m.done)
 	}()
 	fail := func(err error) (*Mounted, error) {
@@ -257,7 +269,34 @@ func Mount(fs *FS, mountpoint string, cfg MountConfig) (*Mounted, error) {
 	if err := setReadAhead(mi, ReadAhead); err != nil {
 		logf("hushfs: read-ahead stays at the kernel default: %v", err)
 	}
+	// Statistics are not worth failing a mount for.
+	if ctl, err := startControl(fs, cfg.RuntimeDir, m.Major, m.Minor, logf); err != nil {
+		logf("hushfs: hushfs stats will not work for %s: %v", mountpoint, err)
+	} else {
+		m.mu.Lock()
+		closed := m.ctlDone
+		if !closed {
+			m.ctl = ctl
+		}
+		m.mu.Unlock()
+		if closed {
+			ctl.close()
+		}
+	}
 	return m, nil
+}
+
+// CloseStats stops serving the statistics and removes their socket; the
+// end of the connection does so too, and a daemon about to exit calls it
+// (a lazily detached mount's connection may outlive it).
+func (m *Mounted) CloseStats() {
+	m.mu.Lock()
+	ctl := m.ctl
+	m.ctl, m.ctlDone = nil, true
+	m.mu.Unlock()
+	if ctl != nil {
+		ctl.close()
+	}
 }
 
 // Done is closed when the mount is gone (unmounted by anyone) and every

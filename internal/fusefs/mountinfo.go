@@ -22,6 +22,10 @@ type MountInfo struct {
 	Mountpoint   string
 	FSType       string
 	Source       string
+	// Owner is the user a FUSE mount belongs to (user_id= in its super
+	// options), when the line names one.
+	Owner    uint32
+	HasOwner bool
 }
 
 // ErrNotMounted says nothing is mounted at a path.
@@ -78,12 +82,22 @@ func parseMountInfo(line string) (MountInfo, error) {
 	if !ok || err1 != nil || err2 != nil {
 		return MountInfo{}, fmt.Errorf("malformed device %q in mountinfo line %q", f[2], line)
 	}
-	return MountInfo{
+	m := MountInfo{
 		Major: uint32(ma), Minor: uint32(mi),
 		Mountpoint: unescapeOctal(f[4]),
 		FSType:     unescapeOctal(f[sep+1]),
 		Source:     unescapeOctal(f[sep+2]),
-	}, nil
+	}
+	if sep+3 < len(f) {
+		for _, o := range strings.Split(f[sep+3], ",") {
+			if v, ok := strings.CutPrefix(o, "user_id="); ok {
+				if uid, err := strconv.ParseUint(v, 10, 32); err == nil {
+					m.Owner, m.HasOwner = uint32(uid), true
+				}
+			}
+		}
+	}
+	return m, nil
 }
 
 // unescapeOctal undoes the kernel's \ooo escaping of space, tab, newline

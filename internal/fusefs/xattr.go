@@ -1,66 +1,55 @@
 package fusefs
 
 import (
-	"encoding/json"
-
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"hushfs/internal/client"
 )
 
-// StatsXAttr is the extended attribute of the mount's root that holds the
-// RPC statistics as JSON (client.Snapshot); setting it to StatsReset
-// zeroes them.
-const (
-	StatsXAttr = "user.hushfs.stats"
-	StatsReset = "reset"
-)
+// NFSv3 has no extended attributes, and a mount has none. The four xattr
+// requests answer ENOSYS, which the kernel remembers for the connection
+// (fs/fuse/xattr.c: no_getxattr, no_listxattr, no_setxattr,
+// no_removexattr) and from then on answers EOPNOTSUPP itself: one request
+// each per mount, instead of a getxattr of security.* or a POSIX ACL on
+// every stat of ls -l and before every write. ENODATA would keep the kernel
+// asking. The statistics, which used to be an attribute of the root, are
+// on the mount's control socket (control.go).
 
-// GetXAttr serves the statistics on the root; every other attribute is
-// absent. NFSv3 has no extended attributes.
+// GetXAttr: no attributes (the kernel stops asking).
 func (fs *FS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
-	if h.NodeId != uint64(client.RootID) || attr != StatsXAttr {
-		return 0, fuse.ENODATA
-	}
+	fs.requests.add("getxattr")
+	return 0, fuse.ENOSYS
+}
+
+// ListXAttr: no attributes (the kernel stops asking).
+func (fs *FS) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
+	fs.requests.add("listxattr")
+	return 0, fuse.ENOSYS
+}
+
+// SetXAttr: nothing can be set (the kernel stops asking).
+func (fs *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	fs.requests.add("setxattr")
+	return fuse.ENOSYS
+}
+
+// RemoveXAttr: nothing to remove (the kernel stops asking).
+func (fs *FS) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string) fuse.Status {
+	fs.requests.add("removexattr")
+	return fuse.ENOSYS
+}
+
+// Stats returns the mount's statistics: the core's RPC counters, the
+// daemon's version and the kernel's requests by operation.
+func (fs *FS) Stats() client.Snapshot {
 	snap := fs.core.Stats().Snapshot()
 	snap.Version = fs.version
-	b, err := json.Marshal(snap)
-	if err != nil {
-		fs.logf("hushfs: encoding statistics: %v", err)
-		return 0, fuse.EIO
-	}
-	if len(dest) < len(b) {
-		// A size query (empty buffer) or too small a buffer: the
-		// caller learns the size now; the next snapshot may be larger,
-		// which getxattr(2) callers handle by asking again.
-		return uint32(len(b)), fuse.ERANGE
-	}
-	return uint32(copy(dest, b)), fuse.OK
+	snap.FUSE = fs.requests.snapshot()
+	return snap
 }
 
-// ListXAttr lists nothing: the statistics attribute is not listed, so tools
-// copying attributes (cp -a, rsync -X) never copy it.
-func (fs *FS) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
-	return 0, fuse.OK
-}
-
-// SetXAttr resets the statistics when the root's StatsXAttr is set to
-// StatsReset by root or the mounting user; nothing else can be set.
-func (fs *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
-	if in.NodeId != uint64(client.RootID) || attr != StatsXAttr {
-		return fuse.ENOTSUP
-	}
-	if string(data) != StatsReset {
-		return fuse.EINVAL
-	}
-	if in.Uid != 0 && in.Uid != fs.owner {
-		return fuse.EPERM
-	}
+// ResetStats zeroes the RPC counters and the request counts.
+func (fs *FS) ResetStats() {
 	fs.core.Stats().Reset()
-	return fuse.OK
-}
-
-// RemoveXAttr: there are no attributes to remove.
-func (fs *FS) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string) fuse.Status {
-	return fuse.ENOTSUP
+	fs.requests.reset()
 }
