@@ -38,6 +38,7 @@ type serveOptions struct {
 	securePort bool
 	metrics    string        // address of the Prometheus /metrics endpoint, "" = none
 	busyPoll   time.Duration // ServerOptions.BusyPoll
+	lease      time.Duration // NFSv4.1 lease time
 }
 
 // squash is the server's squash mode: --all-squash maps everyone, root
@@ -149,10 +150,11 @@ func parseServeArgs(args []string) (*serveOptions, error) {
 	fs.BoolVar(&o.securePort, "secure-port", false, "serve only calls from privileged source ports (below 1024)")
 	fs.StringVar(&o.metrics, "metrics", "", "serve per-procedure counts and latency histograms in Prometheus text format at http://ADDR/metrics")
 	fs.DurationVar(&o.busyPoll, "busy-poll", 50*time.Microsecond, "after answering a client that sends one call at a time, poll for its next call this long before sleeping (one connection at a time; 0 = never)")
+	fs.DurationVar(&o.lease, "lease", 90*time.Second, "NFSv4.1 lease time: a client silent this long loses its opens and locks; also the grace period after a restart")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: hushfs serve DIR [--nfs-port N] [--mount-port N] [--listen ADDR] [--ro] [--async] [--state-dir D]\n"+
 			"                    [--no-root-squash | --all-squash] [--anonuid N] [--anongid N] [--allow CIDR[,CIDR...]] [--secure-port]\n"+
-			"                    [--metrics ADDR] [--busy-poll D]")
+			"                    [--metrics ADDR] [--busy-poll D] [--lease D]")
 		fs.PrintDefaults()
 	}
 	// Flags may come before or after DIR.
@@ -178,6 +180,9 @@ func parseServeArgs(args []string) (*serveOptions, error) {
 	}
 	if o.busyPoll < 0 || o.busyPoll > time.Millisecond {
 		return nil, fmt.Errorf("--busy-poll %v: want 0 (off) up to 1ms", o.busyPoll)
+	}
+	if o.lease < time.Second || o.lease > time.Hour || o.lease%time.Second != 0 {
+		return nil, fmt.Errorf("--lease %v: want whole seconds from 1s up to 1h", o.lease)
 	}
 	for _, p := range []int{o.nfsPort, o.mountPort} {
 		if p < 0 || p > 65535 {
@@ -212,6 +217,7 @@ func runServe(args []string) error {
 		AnonGID:    o.anonGID,
 		Allow:      o.allow,
 		SecurePort: o.securePort,
+		Lease:      o.lease,
 		Logf:       logger.Printf,
 	})
 	if err != nil {
