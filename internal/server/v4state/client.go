@@ -223,6 +223,9 @@ func (st *State) confirmLocked(cl *Client) {
 	recs.confirmed = cl
 	cl.Confirmed = true
 	cl.mayReclaim = st.inGraceLocked() && st.grace.knows(cl.Owner)
+	if cl.mayReclaim {
+		st.grace.reclaimed(st.now()) // it is about to reclaim
+	}
 	st.grace.add(cl.Owner)
 	st.persistLocked()
 }

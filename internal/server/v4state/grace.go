@@ -24,7 +24,16 @@ import (
 // instance may reclaim: their owners are kept in a file in the state
 // directory, written (and synced) before the CREATE_SESSION reply that
 // confirms a new client, and when a client goes away. The grace period
-// ends early once every previous client has sent RECLAIM_COMPLETE.
+// ends early once every previous client has sent RECLAIM_COMPLETE. It
+// is extended while previous clients are still reclaiming (a reclaim, or
+// a previous client's CREATE_SESSION, within the last graceExtension),
+// up to a second lease, as Linux's nfsd does: many clients, or one with
+// many files, may need longer than a lease to reclaim everything, and a
+// reclaim refused with NO_GRACE is state lost.
+
+// graceExtension is how recently a previous client must have reclaimed
+// for the grace period to go on past its end.
+const graceExtension = time.Second
 
 const recordsMagic = "hushfs nfs4 clients v1"
 
@@ -36,8 +45,11 @@ type grace struct {
 	prev   map[string]bool
 	cur    map[string]bool
 	active bool
-	end    time.Time
-	dirty  bool
+	end    time.Time // one lease after the start
+	limit  time.Time // two leases after the start: no extension beyond
+	// lastReclaim is when a previous client last reclaimed.
+	lastReclaim time.Time
+	dirty       bool
 }
 
 func (g *grace) load(path string, now time.Time, lease time.Duration) error {
@@ -80,7 +92,7 @@ func (g *grace) load(path string, now time.Time, lease time.Duration) error {
 		return fmt.Errorf("v4state: client records %s: %w", path, err)
 	}
 	if len(g.prev) > 0 {
-		g.active, g.end = true, now.Add(lease)
+		g.active, g.end, g.limit = true, now.Add(lease), now.Add(2*lease)
 	}
 	return nil
 }
@@ -109,9 +121,30 @@ func (g *grace) remove(owner []byte) {
 	}
 }
 
+// on reports whether the grace period is on at now: before its end, or
+// after it while previous clients are reclaiming, up to its limit. Once a
+// check finds it off it stays off: only a reclaim accepted in grace moves
+// lastReclaim.
+func (g *grace) on(now time.Time) bool {
+	switch {
+	case !g.active:
+		return false
+	case now.Before(g.end):
+		return true
+	}
+	return now.Sub(g.lastReclaim) < graceExtension && now.Before(g.limit)
+}
+
+// reclaimed records reclaim activity of a previous client.
+func (g *grace) reclaimed(now time.Time) {
+	if g.on(now) {
+		g.lastReclaim = now
+	}
+}
+
 // inGraceLocked reports whether the grace period is on.
 func (st *State) inGraceLocked() bool {
-	return st.grace.active && st.now().Before(st.grace.end)
+	return st.grace.on(st.now())
 }
 
 // InGrace reports whether the grace period is on.
@@ -133,7 +166,7 @@ func (st *State) graceTickLocked() {
 	for _, ok := range g.prev {
 		done = done && ok
 	}
-	if !done && st.now().Before(g.end) {
+	if !done && g.on(st.now()) {
 		return
 	}
 	g.active = false

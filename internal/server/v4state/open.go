@@ -88,6 +88,9 @@ func (st *State) claimLocked(cl *Client, reclaim bool) nfs4.Status {
 	case !reclaim && (grace || !cl.reclaimComplete):
 		return nfs4.ErrGrace
 	}
+	if reclaim {
+		st.grace.reclaimed(st.now())
+	}
 	return nfs4.OK
 }
 

@@ -136,3 +136,68 @@ func TestGraceAfterRestart(t *testing.T) {
 		t.Fatalf("OPEN after grace: %v", s)
 	}
 }
+
+// The grace period goes on past its lease while previous clients are
+// reclaiming (one with many files, many clients one after another), and
+// ends a second after the last reclaim, or at two leases whatever happens.
+func TestGraceExtendedWhileReclaiming(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	path := filepath.Join(t.TempDir(), "clients")
+	lease := 10 * time.Second
+	st, err := New(Config{Now: c.now, Lease: lease, RecordPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	confirmed(t, st, "a")
+	confirmed(t, st, "b") // never comes back: grace cannot end early
+	restart := func() *State {
+		st, err := New(Config{Now: c.now, Lease: lease, RecordPath: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	reclaim := func(st *State, cl *Client, i int) nfs4.Status {
+		_, s := st.Open(cl, &OpenArgs{Owner: []byte("o"), FileKey: string(rune('A' + i)), Access: nfs4.ShareAccessRead, Reclaim: true})
+		return s
+	}
+
+	// a starts reclaiming near the end of the lease, a file every 250 ms.
+	st = restart()
+	c.advance(lease - 2*time.Second)
+	a, _ := confirmed(t, st, "a")
+	for i := range 20 {
+		if s := reclaim(st, a, i); s != nfs4.OK {
+			t.Fatalf("reclaim %d, %v after the restart: %v", i, time.Duration(i)*250*time.Millisecond+lease-2*time.Second, s)
+		}
+		c.advance(250 * time.Millisecond)
+		st.Expire()
+	}
+	if !st.InGrace() {
+		t.Fatal("grace ended while a client was reclaiming")
+	}
+	c.advance(graceExtension)
+	st.Expire()
+	if st.InGrace() {
+		t.Fatal("grace goes on a second after the last reclaim")
+	}
+	if s := reclaim(st, a, 30); s != nfs4.ErrNoGrace {
+		t.Fatalf("reclaim after grace: %v", s)
+	}
+
+	// Reclaims without end: grace stops at two leases.
+	c.advance(time.Minute)
+	st = restart()
+	a, _ = confirmed(t, st, "a")
+	var i int
+	for ; reclaim(st, a, i%26) == nfs4.OK; i++ {
+		c.advance(500 * time.Millisecond)
+		st.Expire()
+		if i > 100 {
+			break
+		}
+	}
+	if got := time.Duration(i) * 500 * time.Millisecond; got != 2*lease {
+		t.Fatalf("reclaims accepted for %v after the restart, want %v", got, 2*lease)
+	}
+}
