@@ -47,7 +47,7 @@ soak-quick:
 CONFORMANCE_DIR ?= $(CURDIR)/../shared/conformance
 
 conformance: deps
-	HUSHFS_CONFORMANCE=$(abspath $(CONFORMANCE_DIR)) $(GO) test -count=1 -v -parallel 4 -timeout 40m -run TestConformance ./test/conformance/
+	HUSHFS_CONFORMANCE=$(abspath $(CONFORMANCE_DIR)) $(GO) test -count=1 -v -parallel 5 -timeout 40m -run TestConformance ./test/conformance/
 
 test: deps vet test-go fuzz-short bench-quick soak-quick conformance
 

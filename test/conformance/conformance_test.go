@@ -108,7 +108,11 @@ func TestConformance(t *testing.T) {
 	})
 	t.Run("pynfs-hushfs-serve", func(t *testing.T) {
 		t.Parallel()
-		record(runPynfs(t, pynfs, scratch))
+		record(runPynfs(t, pynfs, scratch, "pynfs", "all"))
+	})
+	t.Run("pynfs-reboot-hushfs-serve", func(t *testing.T) {
+		t.Parallel()
+		record(runPynfs(t, pynfs, scratch, "pynfs-reboot", pynfsReboot...))
 	})
 }
 

@@ -2,11 +2,14 @@ package conformance
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,7 +18,9 @@ import (
 
 // pynfs's NFSv4.1 server tests (nfs4.1/testserver.py) against `hushfs
 // serve`: the tests flagged "all" (every 4.1 operation the suite knows
-// but pNFS, the NFSv4.2 additions and the server reboot tests).
+// but pNFS, the NFSv4.2 additions and the server reboot tests), and the
+// reboot tests (grace period and reclaims: the test restarts the server
+// when pynfs's serverhelper asks) on a server of their own.
 
 const (
 	// pynfsLease is the server's lease time for the run: the tests of lease
@@ -45,15 +50,27 @@ func buildPynfs(t *testing.T, src, scratch string) string {
 	return filepath.Join(dir, "nfs4.1")
 }
 
-// runPynfs runs the tests against a fresh `hushfs serve` with a short lease.
-func runPynfs(t *testing.T, dir, scratch string) suiteResult {
+// pynfsReboot are the reboot tests run: all but the three with 1,000
+// clients (REBT2c, 3c, 4c: a minute each; they pass with the default lease,
+// which gives 1,000 clients the time to reclaim one after another).
+var pynfsReboot = []string{"REBT1", "REBT2a", "REBT2b", "REBT3a", "REBT3b", "REBT4a", "REBT4b", "REBT5"}
+
+// runPynfs runs the tests (pynfs flags or codes), as suite name, against a fresh `hushfs
+// serve` with a short lease, which it restarts when pynfs asks, with a
+// SIGKILL (as a crash) and the same ports and state directory.
+func runPynfs(t *testing.T, dir, scratch, name string, tests ...string) suiteResult {
 	t.Helper()
-	export := filepath.Join(scratch, "pynfs-export")
+	export := filepath.Join(scratch, name+"-export")
 	mkdir(t, export)
 	s := harness.StartServe(t, export, "--lease", pynfsLease)
+	helper := serverHelper(t, filepath.Join(scratch, name+"-helper"), func() {
+		s.Kill(t)
+		s.StartAgain(t)
+	})
 	target := s.NFSAddr + s.ExportPath
-	r := run(dir, pynfsEnv, pynfsLimit, "/usr/bin/python3", "testserver.py", target, "--minorversion=1", "--maketree", "all")
-	res := suiteResult{suite: "pynfs", server: "hushfs-serve", took: r.took}
+	args := append([]string{"testserver.py", target, "--minorversion=1", "--maketree", "--serverhelper=" + helper}, tests...)
+	r := run(dir, pynfsEnv, pynfsLimit, "/usr/bin/python3", args...)
+	res := suiteResult{suite: name, server: "hushfs-serve", took: r.took}
 	v, ok := parsePynfs(r.stdout)
 	if !ok || r.timedOut || r.err != nil {
 		res.failures = append(res.failures, failure{file: "testserver.py", line: describeExit(r, pynfsLimit) + ": " + lastWords(r.stdout, r.stderr)})
@@ -62,6 +79,75 @@ func runPynfs(t *testing.T, dir, scratch string) suiteResult {
 	res.run, res.passed = v.run, v.passed
 	res.failures = append(res.failures, v.failures...)
 	return res
+}
+
+// serverHelper makes a pynfs serverhelper in dir: a script that asks the
+// test to run reboot, and returns when it has. The script writes its
+// argument to a FIFO the test reads, and waits (at most a minute) for the
+// test's answer on another.
+func serverHelper(t *testing.T, dir string, reboot func()) string {
+	t.Helper()
+	mkdir(t, dir)
+	req, done := filepath.Join(dir, "request"), filepath.Join(dir, "done")
+	for _, f := range []string{req, done} {
+		if err := syscall.Mkfifo(f, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := filepath.Join(dir, "serverhelper")
+	body := fmt.Sprintf("#!/bin/sh\necho \"$1\" > %s\nexec timeout 60 sh -c 'read answer < %s'\n", req, done)
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			b, err := os.ReadFile(req) // blocks until the script writes
+			if err != nil {
+				t.Errorf("serverhelper: %v", err)
+				return
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if strings.TrimSpace(string(b)) == "reboot" {
+				reboot()
+			}
+			if err := writeFIFO(done, "done\n", time.Minute); err != nil {
+				t.Errorf("serverhelper: %v", err)
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		if writeFIFO(req, "stop\n", 10*time.Second) == nil { // wakes the reader
+			<-stopped
+		}
+	})
+	return script
+}
+
+// writeFIFO writes s to a FIFO once a reader has it open, waiting at most
+// limit for one.
+func writeFIFO(path, s string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err == nil {
+			_, err = f.WriteString(s)
+			f.Close()
+			return err
+		}
+		if !errors.Is(err, syscall.ENXIO) || time.Now().After(deadline) {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 var (
