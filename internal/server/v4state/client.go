@@ -29,6 +29,7 @@ type Client struct {
 	openOwners map[string]*OpenOwner
 	lockOwners map[string]*LockOwner
 	nstate     int // stateids of this client
+	revoked    int // revoked delegations not yet freed
 
 	// reclaimComplete: RECLAIM_COMPLETE received.
 	reclaimComplete bool
@@ -266,6 +267,11 @@ func (st *State) destroyClientLocked(cl *Client) {
 			st.releaseLockStateLocked(ls)
 		}
 	}
+	for _, rec := range st.stateids {
+		if rec.kind == kindDeleg && rec.deleg.client == cl {
+			st.releaseDelegLocked(rec.deleg)
+		}
+	}
 	delete(st.clients, cl.ID)
 	if recs := st.owners[string(cl.Owner)]; recs != nil {
 		if recs.confirmed == cl {
@@ -290,6 +296,7 @@ func (st *State) Expire() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.expireLocked(st.now())
+	st.revokeLocked(st.now())
 	st.graceTickLocked()
 }
 

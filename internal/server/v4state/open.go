@@ -7,12 +7,13 @@ import (
 	"hushfs/internal/nfs4"
 )
 
-// File is the state of one file: its opens and byte-range locks (and, in
-// the next step, its delegations).
+// File is the state of one file: its opens, byte-range locks and
+// delegations.
 type File struct {
-	key   string
-	opens []*Open
-	locks []*lockRange
+	key    string
+	opens  []*Open
+	locks  []*lockRange
+	delegs []*Deleg
 }
 
 // OpenOwner is an open owner: a client's name for who opens (Linux: one per
@@ -36,28 +37,6 @@ type Open struct {
 
 // Access returns the open's share access.
 func (o *Open) Access() uint32 { return o.access }
-
-// Conflict is what an operation on a file must wait for before it may
-// proceed: delegations of other clients to recall. Delegations are the
-// next step; Conflicts is where operations ask.
-type Conflict struct{}
-
-// ConflictOp is the kind of change an operation makes to a file, which
-// decides what conflicts with it.
-type ConflictOp int
-
-const (
-	ConflictRead   ConflictOp = iota // reading (OPEN for read)
-	ConflictWrite                    // writing data or attributes (OPEN for write, WRITE, SETATTR)
-	ConflictRemove                   // the file's name goes (REMOVE, RENAME over it)
-)
-
-// Conflicts returns what must be recalled before client by (nil: none of
-// ours, a v3 client or a local change) may do op to the file with key
-// key. No delegations are granted yet, so nothing is ever returned.
-func (st *State) Conflicts(key string, by *Client, op ConflictOp) []Conflict {
-	return nil
-}
 
 // OpenArgs is an OPEN's request of the state.
 type OpenArgs struct {
@@ -264,6 +243,18 @@ func (st *State) CheckIO(cl *Client, s *nfs4.Stateid, key string, write bool) nf
 		o = rec.open
 	case kindLock:
 		o = rec.lock.open
+	case kindDeleg:
+		d := rec.deleg
+		switch {
+		case d.client != cl || d.file.key != key:
+			return nfs4.ErrBadStateid
+		case d.revoked:
+			return nfs4.ErrDelegRevoked
+		case write:
+			return nfs4.ErrOpenMode // a read delegation
+		}
+		cl.lastRenew = st.now()
+		return nfs4.OK
 	default:
 		return nfs4.ErrBadStateid
 	}
@@ -304,6 +295,15 @@ func (st *State) FreeStateid(cl *Client, s *nfs4.Stateid) nfs4.Status {
 		}
 		st.releaseLockStateLocked(rec.lock)
 		return nfs4.OK
+	case kindDeleg:
+		if rec.deleg.client != cl {
+			return nfs4.ErrBadStateid
+		}
+		if !rec.deleg.revoked {
+			return nfs4.ErrLocksHeld // DELEGRETURN gives it back
+		}
+		st.releaseDelegLocked(rec.deleg)
+		return nfs4.OK
 	}
 	return nfs4.ErrBadStateid
 }
@@ -327,6 +327,11 @@ func (st *State) TestStateids(cl *Client, sids []nfs4.Stateid, out []nfs4.Status
 				owner = rec.open.owner.client
 			case kindLock:
 				owner = rec.lock.owner.client
+			case kindDeleg:
+				owner = rec.deleg.client
+				if rec.deleg.revoked {
+					status = nfs4.ErrDelegRevoked
+				}
 			}
 			if owner != cl {
 				status = nfs4.ErrBadStateid

@@ -26,6 +26,9 @@ type Session struct {
 	// the back channel (the next step's CB_RECALL uses it).
 	back      *ConnRef
 	destroyed bool
+	cbOK      bool          // the back channel answered CB_NULL (delegations may be granted)
+	cbSeq     uint32        // the back channel's slot 0: its last sequence id
+	cbSlot    chan struct{} // one callback at a time on that slot
 }
 
 type connBinding struct {
@@ -99,6 +102,7 @@ func (st *State) newSessionLocked(cl *Client, a *nfs4.CreateSessionArgs, lim Lim
 		CBProgram: a.CBProgram,
 		slots:     make([]slot, fore.MaxRequests),
 		conns:     make(map[any]connBinding),
+		cbSlot:    make(chan struct{}, 1),
 	}
 	for _, p := range a.SecParms {
 		p.Sys.Machine = strings.Clone(p.Sys.Machine)
@@ -229,6 +233,9 @@ func (st *State) statusFlagsLocked(s *Session) uint32 {
 	if st.inGraceLocked() && s.client.mayReclaim && !s.client.reclaimComplete {
 		f |= nfs4.SeqStatusRestartReclaimNeeded
 	}
+	if s.client.revoked > 0 {
+		f |= nfs4.SeqStatusRecallableStateRevoked
+	}
 	return f
 }
 
@@ -317,4 +324,49 @@ func (st *State) BackchannelCtl(s *Session, a *nfs4.BackchannelCtlArgs) nfs4.Sta
 		s.CBSec = append(s.CBSec, p)
 	}
 	return nfs4.OK
+}
+
+// Session returns the live session id, or nil.
+func (st *State) Session(id nfs4.SessionID) *Session {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if s := st.sessions[id]; s != nil && !s.destroyed {
+		return s
+	}
+	return nil
+}
+
+// Callback is what a call on a session's back channel needs.
+type Callback struct {
+	Conn     ConnRef // the connection bound to the back channel
+	Program  uint32
+	Sec      []nfs4.CallbackSecParms
+	Sequence nfs4.CBSequenceArgs // CB_SEQUENCE on slot 0
+}
+
+// BeginCallback takes the session's one back-channel slot (waiting while
+// another callback holds it) and returns what the call needs; ok is false
+// when the session has no back channel any more. EndCallback releases the
+// slot, advancing its sequence id when the client answered CB_SEQUENCE.
+func (st *State) BeginCallback(s *Session) (cb Callback, ok bool) {
+	s.cbSlot <- struct{}{}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if s.back == nil || closed(s.back.Done) || s.destroyed {
+		<-s.cbSlot
+		return cb, false
+	}
+	cb = Callback{Conn: *s.back, Program: s.CBProgram, Sec: slices.Clone(s.CBSec),
+		Sequence: nfs4.CBSequenceArgs{SessionID: s.ID, SequenceID: s.cbSeq + 1}}
+	return cb, true
+}
+
+// EndCallback releases the slot BeginCallback took.
+func (st *State) EndCallback(s *Session, sequenced bool) {
+	st.mu.Lock()
+	if sequenced {
+		s.cbSeq++
+	}
+	st.mu.Unlock()
+	<-s.cbSlot
 }

@@ -5,9 +5,8 @@
 // a restart with the client records it needs (kept in the state directory).
 //
 // Files are known by a key (the server's file handle); the state of one
-// file (File) holds its opens and locks, and is where the delegations of
-// the next step will live: Conflicts is the one place an operation that
-// changes a file asks who must be recalled first.
+// file (File) holds its opens, locks and delegations: Conflicts is the one
+// place an operation that changes a file asks who must be recalled first.
 //
 // One mutex guards everything: state operations are short (no I/O but the
 // client records' file, written when a client is confirmed or goes away).
@@ -19,6 +18,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"hushfs/internal/nfs4"
@@ -77,6 +77,7 @@ type State struct {
 	sessions map[nfs4.SessionID]*Session
 	files    map[string]*File
 	stateids map[[nfs4.OtherSize]byte]stateRec
+	delegs   atomic.Int64 // delegations held (not revoked); read without the lock
 
 	grace grace
 }
@@ -150,14 +151,15 @@ type stateKind uint8
 const (
 	kindOpen stateKind = iota + 1
 	kindLock
-	kindDeleg // the next step: delegations
+	kindDeleg
 )
 
 // stateRec is what a stateid's other field maps to.
 type stateRec struct {
-	kind stateKind
-	open *Open
-	lock *LockState
+	kind  stateKind
+	open  *Open
+	lock  *LockState
+	deleg *Deleg
 }
 
 // newOther makes the other field of a new stateid: the epoch, a counter,
@@ -198,6 +200,8 @@ func (st *State) lookupLocked(s *nfs4.Stateid) (stateRec, nfs4.Status) {
 		cur = rec.open.sid.Seqid
 	case kindLock:
 		cur = rec.lock.sid.Seqid
+	case kindDeleg:
+		cur = rec.deleg.sid.Seqid
 	}
 	switch {
 	case s.Seqid == 0 || s.Seqid == cur:
@@ -232,7 +236,7 @@ func (st *State) fileLocked(k string) *File {
 
 // dropFileIfIdle forgets a file's state once nothing refers to it.
 func (st *State) dropFileIfIdle(f *File) {
-	if len(f.opens) == 0 && len(f.locks) == 0 && st.files[f.key] == f {
+	if len(f.opens) == 0 && len(f.locks) == 0 && len(f.delegs) == 0 && st.files[f.key] == f {
 		delete(st.files, f.key)
 		if st.idle != nil {
 			st.idle(f.key)
