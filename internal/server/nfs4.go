@@ -41,9 +41,10 @@ var nfs4Limits = v4state.Limits{
 
 // v4 is the server's NFSv4.1 part.
 type v4 struct {
-	state     *v4state.State
-	observeOp func(op uint32, d time.Duration)
-	domain    string // the id mapping domain of owner strings
+	state       *v4state.State
+	observeOp   func(op uint32, d time.Duration)
+	delegations bool   // grant read delegations
+	domain      string // the id mapping domain of owner strings
 	// serverOwner is EXCHANGE_ID's server owner and scope: the same for
 	// every address of this server and export.
 	serverOwner []byte
@@ -308,7 +309,11 @@ func (c *compound) dispatch(op nfs4.Opnum, args nfs4.OpArgs) nfs4.Status {
 	case nfs4.OpBindConnToSession:
 		return c.bindConn(args.(*nfs4.BindConnToSessionArgs))
 	case nfs4.OpBackchannelCtl:
-		return c.status(c.s.v4.state.BackchannelCtl(c.sess, args.(*nfs4.BackchannelCtlArgs)))
+		st := c.s.v4.state.BackchannelCtl(c.sess, args.(*nfs4.BackchannelCtlArgs))
+		if st == nfs4.OK {
+			c.s.probeBackChannel(c.sess) // a new program or security
+		}
+		return c.status(st)
 	case nfs4.OpReclaimComplete:
 		return c.reclaimComplete(args.(*nfs4.ReclaimCompleteArgs))
 	case nfs4.OpPutFH:
@@ -372,8 +377,7 @@ func (c *compound) dispatch(op nfs4.Opnum, args nfs4.OpArgs) nfs4.Status {
 	case nfs4.OpTestStateid:
 		return c.testStateid(args.(*nfs4.TestStateidArgs))
 	case nfs4.OpDelegReturn:
-		// No delegation is ever granted: no stateid names one.
-		return c.status(nfs4.ErrBadStateid)
+		return c.delegReturn(args.(*nfs4.DelegReturnArgs))
 	case nfs4.OpDelegPurge:
 		// CLAIM_DELEGATE_PREV is not supported (delegations do not
 		// survive a restart), so there is nothing to purge.
@@ -382,7 +386,8 @@ func (c *compound) dispatch(op nfs4.Opnum, args nfs4.OpArgs) nfs4.Status {
 		return c.status(nfs4.ErrOpIllegal)
 	}
 	// OPENATTR (named attributes), pNFS (layouts, devices), directory
-	// delegations, WANT_DELEGATION, SET_SSV: not served.
+	// delegations, WANT_DELEGATION (delegations come with OPEN), SET_SSV:
+	// not served.
 	return c.status(nfs4.ErrNotSupp)
 }
 
@@ -437,6 +442,7 @@ func (s *Server) newV4(cfg *Config) (*v4, error) {
 	return &v4{
 		state:       st,
 		observeOp:   cfg.ObserveOp,
+		delegations: cfg.Delegations,
 		domain:      domain,
 		pseudo:      pseudoPath(s.rootArg),
 		started:     nfs4.Time{Seconds: now.Unix(), Nseconds: uint32(now.Nanosecond())},

@@ -323,6 +323,9 @@ func (c *compound) setattr(a *nfs4.SetattrArgs) nfs4.Status {
 			return fail(st)
 		}
 	}
+	if st := c.mayChange(n.key); st != nfs4.OK {
+		return fail(st)
+	}
 	r := c.s.setattr(&c.id, &nfs3.SetattrArgs{Obj: n.fh, Attr: sa})
 	if r.Status != nfs3.OK {
 		return fail(status4(r.Status))

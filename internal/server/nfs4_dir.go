@@ -74,6 +74,9 @@ func (c *compound) remove(a *nfs4.RemoveArgs) nfs4.Status {
 	if st != nfs4.OK {
 		return c.status(st)
 	}
+	if st := c.mayChangeName(dir, a.Target); st != nfs4.OK {
+		return c.status(st)
+	}
 	args := nfs3.DirOpArgs{Dir: dir.fh, Name: a.Target}
 	r := c.s.remove(&c.id, &args, false)
 	if r.Status == nfs3.ErrIsDir {
@@ -106,6 +109,12 @@ func (c *compound) rename(a *nfs4.RenameArgs) nfs4.Status {
 		return c.status(st)
 	}
 	if st := checkName4(a.NewName); st != nfs4.OK {
+		return c.status(st)
+	}
+	if st := c.mayChangeName(from, a.OldName); st != nfs4.OK {
+		return c.status(st)
+	}
+	if st := c.mayChangeName(to, a.NewName); st != nfs4.OK {
 		return c.status(st)
 	}
 	r := c.s.rename(&c.id, &nfs3.RenameArgs{From: nfs3.DirOpArgs{Dir: from.fh, Name: a.OldName},

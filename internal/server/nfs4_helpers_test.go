@@ -24,6 +24,8 @@ type v4client struct {
 	sess     nfs4.SessionID
 	seq      uint32 // slot 0's last sequence id
 	owner    []byte // open and lock owner
+	backChan bool   // CREATE_SESSION asks for a back channel on the connection
+	csSeq    uint32 // the client record's last CREATE_SESSION sequence id
 }
 
 var v4owners atomic.Uint64 // distinct client owners within one test binary
@@ -44,13 +46,25 @@ func (v *v4client) setup() {
 	eid := v.only(nfs4.Argop{Op: nfs4.OpExchangeID, Args: &nfs4.ExchangeIDArgs{
 		ClientOwner:  nfs4.ClientOwner{Verifier: nfs4.Verifier{1, 2, 3}, OwnerID: v.owner},
 		StateProtect: nfs4.StateProtectArgs{How: nfs4.SP4None}}}).(*nfs4.ExchangeIDRes)
+	v.clientID, v.csSeq = eid.ClientID, eid.SequenceID-1
+	v.sess, v.seq = v.createSession(v.backChan), 0
+	v.must(nfs4.Argop{Op: nfs4.OpReclaimComplete, Args: &nfs4.ReclaimCompleteArgs{}})
+}
+
+// createSession makes a session of the client record on this connection.
+func (v *v4client) createSession(backChan bool) nfs4.SessionID {
+	v.t.Helper()
+	var flags uint32
+	if backChan {
+		flags = nfs4.CreateSessionFlagConnBackChan
+	}
+	v.csSeq++
 	cs := v.only(nfs4.Argop{Op: nfs4.OpCreateSession, Args: &nfs4.CreateSessionArgs{
-		ClientID: eid.ClientID, Sequence: eid.SequenceID,
+		ClientID: v.clientID, Sequence: v.csSeq, Flags: flags,
 		Fore:      nfs4.ChannelAttrs{MaxRequestSize: 1 << 20, MaxResponseSize: 1 << 20, MaxResponseSizeCached: 8192, MaxOperations: 16, MaxRequests: 4},
 		Back:      nfs4.ChannelAttrs{MaxRequestSize: 4096, MaxResponseSize: 4096, MaxOperations: 2, MaxRequests: 1},
-		CBProgram: 0x40000000, SecParms: []nfs4.CallbackSecParms{{Flavor: nfs4.AuthNone}}}}).(*nfs4.CreateSessionRes)
-	v.clientID, v.sess, v.seq = eid.ClientID, cs.SessionID, 0
-	v.must(nfs4.Argop{Op: nfs4.OpReclaimComplete, Args: &nfs4.ReclaimCompleteArgs{}})
+		CBProgram: testCBProgram, SecParms: []nfs4.CallbackSecParms{{Flavor: nfs4.AuthNone}}}}).(*nfs4.CreateSessionRes)
+	return cs.SessionID
 }
 
 // send sends a COMPOUND as it is.

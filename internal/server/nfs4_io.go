@@ -97,6 +97,9 @@ func (c *compound) write(a *nfs4.WriteArgs) nfs4.Status {
 	if st == nfs4.OK {
 		st = c.s.v4.state.CheckIO(c.client, &sid, n.key, true)
 	}
+	if st == nfs4.OK {
+		st = c.mayChange(n.key)
+	}
 	if st != nfs4.OK {
 		return c.status(st)
 	}

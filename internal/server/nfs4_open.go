@@ -11,8 +11,8 @@ import (
 // OPEN, CLOSE and OPEN_DOWNGRADE: the file is found or made as the v3
 // procedures do (CREATE's modes, durability and EXCLUSIVE verifier
 // included); the open state, share reservations and grace are v4state's.
-// No delegation is granted yet (OPEN_DELEGATE_NONE): v4state.Conflicts
-// is where the next step plugs recalls in.
+// An OPEN for writing (or denying reads) first recalls other clients'
+// delegations; one for reading may be granted one (nfs4_deleg.go).
 
 // stateid resolves the special "current stateid" (RFC 8881 §16.2.3.1.2).
 func (c *compound) stateid(s *nfs4.Stateid) (nfs4.Stateid, nfs4.Status) {
@@ -84,7 +84,29 @@ func (c *compound) open(a *nfs4.OpenArgs) nfs4.Status {
 			c.s.cache.ref(r.n)
 		}
 	case nfs4.ClaimDelegateCur, nfs4.ClaimDelegCurFH:
-		st = nfs4.ErrBadStateid // no delegation was ever granted
+		// The client opens through the delegation it holds (its local
+		// opens, when the delegation is recalled).
+		switch {
+		case a.OpenType == nfs4.OpenCreate:
+			st = nfs4.ErrInval
+		case a.Claim.Type == nfs4.ClaimDelegateCur:
+			if _, st = c.realDir(); st == nfs4.OK {
+				if st = checkName4(a.Claim.File); st == nfs4.OK {
+					r.n, _, st = c.lookupNode(a.Claim.File)
+				}
+			}
+		case c.cur.n == nil:
+			st = nfs4.ErrIsDir
+		default:
+			r.n = c.cur.n
+			c.s.cache.ref(r.n)
+		}
+		if st == nfs4.OK {
+			if st = c.s.v4.state.CheckDelegClaim(c.client, &a.Claim.DelegateStateid, r.n.key); st != nfs4.OK {
+				c.s.cache.release(r.n)
+				r.n = nil
+			}
+		}
 	default: // CLAIM_DELEGATE_PREV, CLAIM_DELEG_PREV_FH
 		st = nfs4.ErrNotSupp
 	}
@@ -121,6 +143,9 @@ func (c *compound) open(a *nfs4.OpenArgs) nfs4.Status {
 			}
 		}
 	}
+	if st == nfs4.OK && !reclaim && (access&nfs4.ShareAccessWrite != 0 || a.ShareDeny&nfs4.ShareDenyRead != 0) {
+		st = c.mayChange(n.key)
+	}
 	if st == nfs4.OK {
 		var sid nfs4.Stateid
 		sid, st = c.s.v4.state.Open(c.client, &v4state.OpenArgs{Owner: a.Owner.Owner, FileKey: n.key,
@@ -130,6 +155,9 @@ func (c *compound) open(a *nfs4.OpenArgs) nfs4.Status {
 			res := nfs4.OpenRes{Status: nfs4.OK, Stateid: sid, CInfo: r.cinfo,
 				Rflags: nfs4.OpenResultLocktypePosix | nfs4.OpenResultPreserveUnlinked, AttrSet: r.attrset}
 			res.Delegation = noDelegation(a.ShareAccess & nfs4.ShareAccessWantDelegMask)
+			if !reclaim && a.Claim.Type != nfs4.ClaimDelegateCur && a.Claim.Type != nfs4.ClaimDelegCurFH {
+				res.Delegation = c.grantRead(n, access, a.ShareDeny, a.ShareAccess&nfs4.ShareAccessWantDelegMask)
+			}
 			c.reply = res.Append(c.reply)
 			c.setCur(n, 0)
 			c.setStateid(sid)
@@ -225,6 +253,12 @@ func (c *compound) openCreate(dir *node, name []byte, a *nfs4.OpenArgs) (r openR
 		r.attrset.Set(nfs4.AttrTimeModifySet)
 	default:
 		return r, nfs4.ErrInval
+	}
+	if args.Attr.SetSize {
+		// Truncating an existing file changes it: recall first.
+		if st := c.mayChangeName(dir, name); st != nfs4.OK {
+			return r, st
+		}
 	}
 	res := c.s.create(&c.id, &args)
 	if res.Status != nfs3.OK {

@@ -49,6 +49,9 @@ func (c *compound) exchangeID(a *nfs4.ExchangeIDArgs) nfs4.Status {
 func (c *compound) createSession(a *nfs4.CreateSessionArgs) nfs4.Status {
 	res := c.s.v4.state.CreateSession(a, c.principal, nfs4Limits, c.conn)
 	c.reply = res.Append(c.reply)
+	if res.Status == nfs4.OK && res.Flags&nfs4.CreateSessionFlagConnBackChan != 0 {
+		c.s.probeBackChannel(c.s.v4.state.Session(res.SessionID))
+	}
 	return res.Status
 }
 
@@ -61,6 +64,9 @@ func (c *compound) bindConn(a *nfs4.BindConnToSessionArgs) nfs4.Status {
 	dir, st := c.s.v4.state.BindConn(a, c.conn)
 	res := nfs4.BindConnToSessionRes{Status: st, SessionID: a.SessionID, Dir: dir}
 	c.reply = res.Append(c.reply)
+	if st == nfs4.OK && dir&nfs4.CDFS4Back != 0 {
+		c.s.probeBackChannel(c.s.v4.state.Session(a.SessionID))
+	}
 	return st
 }
 

@@ -107,6 +107,8 @@ type Config struct {
 	// ObserveOp, if set, is called once per NFSv4.1 operation run, with
 	// its time (per-operation metrics).
 	ObserveOp func(op uint32, d time.Duration)
+	// Delegations grants NFSv4.1 read delegations (nfs4_deleg.go).
+	Delegations bool
 
 	io ioOptions // data path tuning and fault injection, for tests (fileio.go)
 }
