@@ -100,7 +100,7 @@ func TestExpectedFailuresMatchPrecisely(t *testing.T) {
 func TestParsePynfs(t *testing.T) {
 	out := `INFO   :test.env:Sleeping for 20 seconds: the lease period + 10 secs
 COUR2    st_courtesy.testLockSleepLock                            : PASS
-DELEG1   st_delegation.testReadDeleg                              : FAILURE
+DELEG2   st_delegation.testWriteDeleg                             : FAILURE
            Could not get delegation
 CSESS27  st_create_session.testRepTooBigToCache                   : FAILURE
            OP_SEQUENCE should return
@@ -114,7 +114,7 @@ Of those: 0 Skipped, 2 Failed, 1 Warned, 2 Passed
 `
 	v, ok := parsePynfs(out)
 	want := []failure{
-		{"DELEG1", 0, "Could not get delegation"},
+		{"DELEG2", 0, "Could not get delegation"},
 		{"CSESS27", 0, "OP_SEQUENCE should return NFS4ERR_REP_TOO_BIG_TO_CACHE, instead got NFS4_OK"},
 		{"COUR1", 0, "WARNING: LOCKU should return NFS4_OK"},
 	}

@@ -62,7 +62,7 @@ func runPynfs(t *testing.T, dir, scratch, name string, tests ...string) suiteRes
 	t.Helper()
 	export := filepath.Join(scratch, name+"-export")
 	mkdir(t, export)
-	s := harness.StartServe(t, export, "--lease", pynfsLease)
+	s := harness.StartServe(t, export, "--lease", pynfsLease, "--delegations")
 	helper := serverHelper(t, filepath.Join(scratch, name+"-helper"), func() {
 		s.Kill(t)
 		s.StartAgain(t)
