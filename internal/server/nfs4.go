@@ -43,8 +43,13 @@ var nfs4Limits = v4state.Limits{
 type v4 struct {
 	state       *v4state.State
 	observeOp   func(op uint32, d time.Duration)
-	delegations bool   // grant read delegations
-	domain      string // the id mapping domain of owner strings
+	delegations bool // grant read delegations
+	// Callbacks run on goroutines of their own, under cbCtx; Close
+	// cancels it and waits for them.
+	cbCtx    context.Context
+	cbCancel context.CancelFunc
+	cbWG     sync.WaitGroup
+	domain   string // the id mapping domain of owner strings
 	// serverOwner is EXCHANGE_ID's server owner and scope: the same for
 	// every address of this server and export.
 	serverOwner []byte
@@ -439,7 +444,10 @@ func (s *Server) newV4(cfg *Config) (*v4, error) {
 	}
 	host, _ := os.Hostname()
 	now := s.now()
+	cbCtx, cbCancel := context.WithCancel(context.Background())
 	return &v4{
+		cbCtx:       cbCtx,
+		cbCancel:    cbCancel,
 		state:       st,
 		observeOp:   cfg.ObserveOp,
 		delegations: cfg.Delegations,

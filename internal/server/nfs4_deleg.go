@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"time"
 
 	"hushfs/internal/nfs4"
@@ -52,7 +51,9 @@ func (s *Server) probeBackChannel(sess *v4state.Session) {
 	if !s.v4.delegations || sess == nil {
 		return
 	}
+	s.v4.cbWG.Add(1)
 	go func() {
+		defer s.v4.cbWG.Done()
 		cb, ok := s.v4.state.BeginCallback(sess)
 		if !ok {
 			return
@@ -60,7 +61,7 @@ func (s *Server) probeBackChannel(sess *v4state.Session) {
 		var err error
 		cred, credOK := cbCred(cb.Sec)
 		if bc := backChannelOf(&cb); bc != nil && credOK {
-			err = bc.Call(context.Background(), cb.Program, nfs4.CBVersion, nfs4.CBProcNull, cred, nil, nil)
+			err = bc.Call(s.v4.cbCtx, cb.Program, nfs4.CBVersion, nfs4.CBProcNull, cred, nil, nil)
 		}
 		s.v4.state.EndCallback(sess, false)
 		ok = credOK && err == nil
@@ -80,7 +81,11 @@ func (s *Server) sendRecalls(recalls []v4state.Recall) {
 			s.logf("hushfs server: NFSv4.1 delegation to recall has no back channel: revoked after a lease")
 			continue
 		}
-		go s.sendRecall(r)
+		s.v4.cbWG.Add(1)
+		go func() {
+			defer s.v4.cbWG.Done()
+			s.sendRecall(r)
+		}()
 	}
 }
 
@@ -101,7 +106,7 @@ func (s *Server) sendRecall(r v4state.Recall) {
 		{Op: nfs4.CBOpRecall, Args: &nfs4.CBRecallArgs{Stateid: r.Stateid, FH: nfs4.FH(r.FileKey)}},
 	}}
 	var res nfs4.CBCompoundRes
-	err := bc.Call(context.Background(), cb.Program, nfs4.CBVersion, nfs4.CBProcCompound, cred, args, &res)
+	err := bc.Call(s.v4.cbCtx, cb.Program, nfs4.CBVersion, nfs4.CBProcCompound, cred, args, &res)
 	if err == nil && len(res.Results) > 0 && res.Results[0].Op == nfs4.CBOpSequence {
 		sequenced = res.Results[0].Res.OpStatus() == nfs4.OK
 	}

@@ -361,6 +361,10 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		s.sweeperWG.Wait()
+		if s.v4 != nil {
+			s.v4.cbCancel()
+			s.v4.cbWG.Wait()
+		}
 		s.shutdownIO()
 		s.cache.closeAll()
 		if s.mountFd >= 0 {
