@@ -301,6 +301,11 @@ func (st *State) Expire() {
 }
 
 func (st *State) expireLocked(now time.Time) {
+	st.grace.batch = true
+	defer func() {
+		st.grace.batch = false
+		st.persistLocked()
+	}()
 	for _, cl := range st.clients {
 		if now.Sub(cl.lastRenew) < st.lease {
 			continue

@@ -50,10 +50,15 @@ type grace struct {
 	// lastReclaim is when a previous client last reclaimed.
 	lastReclaim time.Time
 	dirty       bool
+	// batch defers writing the records to the end of a batch of changes
+	// (clients expiring together: one write, not one per client).
+	batch bool
+	write func(path string, cur map[string]bool) error // writeRecords; tests count the writes
 }
 
 func (g *grace) load(path string, now time.Time, lease time.Duration) error {
 	g.path = path
+	g.write = writeRecords
 	g.prev = make(map[string]bool)
 	g.cur = make(map[string]bool)
 	if path == "" {
@@ -207,10 +212,10 @@ func (st *State) ReclaimComplete(cl *Client) nfs4.Status {
 // is a grace period that misses a client after a crash, not lost data.
 func (st *State) persistLocked() {
 	g := &st.grace
-	if g.path == "" || !g.dirty {
+	if g.path == "" || !g.dirty || g.batch {
 		return
 	}
-	if err := writeRecords(g.path, g.cur); err != nil {
+	if err := g.write(g.path, g.cur); err != nil {
 		st.logf("hushfs server: saving NFSv4.1 client records: %v", err)
 		return
 	}

@@ -1,6 +1,7 @@
 package v4state
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -199,5 +200,33 @@ func TestGraceExtendedWhileReclaiming(t *testing.T) {
 	}
 	if got := time.Duration(i) * 500 * time.Millisecond; got != 2*lease {
 		t.Fatalf("reclaims accepted for %v after the restart, want %v", got, 2*lease)
+	}
+}
+
+// Clients expiring together cost one write of the client records, not one
+// (with its syncs, under the state's lock) per client.
+func TestExpiryWritesRecordsOnce(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	st, err := New(Config{Now: c.now, Lease: 10 * time.Second, RecordPath: filepath.Join(t.TempDir(), "clients")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		confirmed(t, st, fmt.Sprint("client ", i))
+	}
+	writes := 0
+	st.grace.write = func(path string, cur map[string]bool) error {
+		writes++
+		return writeRecords(path, cur)
+	}
+	c.advance(11 * time.Second)
+	st.Expire()
+	if s := st.Stats(); s.Clients != 0 || writes != 1 {
+		t.Fatalf("after the lease: %d clients left, the records written %d times", s.Clients, writes)
+	}
+	// What was written is the records' state: a restart offers no grace.
+	st, err = New(Config{Now: c.now, Lease: 10 * time.Second, RecordPath: st.grace.path})
+	if err != nil || st.InGrace() {
+		t.Fatalf("restart after every client expired: %v, in grace %v", err, st.InGrace())
 	}
 }
