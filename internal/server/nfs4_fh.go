@@ -10,7 +10,6 @@ import (
 
 	"hushfs/internal/nfs3"
 	"hushfs/internal/nfs4"
-	"hushfs/internal/xdr"
 )
 
 // Filehandles in a COMPOUND, and the pseudo file system.
@@ -329,7 +328,3 @@ func (c *compound) secinfoNoName(a *nfs4.SecinfoNoNameArgs) nfs4.Status {
 	}
 	return c.secinfoReply()
 }
-
-// appendStatusOnly appends a bare status (for results whose other arms are
-// empty); kept apart so that ops read alike.
-func appendStatusOnly(b []byte, st nfs4.Status) []byte { return xdr.AppendUint32(b, uint32(st)) }

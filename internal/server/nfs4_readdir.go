@@ -176,7 +176,7 @@ func (c *compound) entryAttrs(dir *node, d *dirent, mask nfs4.Bitmap, f *nfs4.Fa
 	m := mask
 	m.Clear(nfs4.AttrFilehandle)
 	m.Clear(nfs4.AttrRdattrError)
-	if st := c.fattrEntry(m, &o, f); st != nfs4.OK {
+	if st := c.fattr(m, &o, f); st != nfs4.OK { // the directory's statfs stands for the entry's
 		*f = nfs4.Fattr{}
 		if mask.Has(nfs4.AttrRdattrError) {
 			f.Mask.Set(nfs4.AttrRdattrError)
@@ -193,12 +193,6 @@ func (c *compound) entryAttrs(dir *node, d *dirent, mask nfs4.Bitmap, f *nfs4.Fa
 		f.RdattrError = nfs4.OK
 	}
 	return true
-}
-
-// fattrEntry is fattr for an entry: statfs of the directory stands for the
-// entry's (same file system).
-func (c *compound) fattrEntry(mask nfs4.Bitmap, o *objAttrs, f *nfs4.Fattr) nfs4.Status {
-	return c.fattr(mask, o, f)
 }
 
 // readdirPseudo lists a pseudo directory: its one entry, the next

@@ -35,8 +35,6 @@ type Open struct {
 	locks  []*LockState
 }
 
-// Access returns the open's share access.
-func (o *Open) Access() uint32 { return o.access }
 
 // OpenArgs is an OPEN's request of the state.
 type OpenArgs struct {

@@ -70,7 +70,6 @@ type State struct {
 	boot   uint32  // this instance's epoch: in client ids, session ids and stateids
 	tag    [4]byte // random: the last bytes of every stateid's other, against guessing
 	nextID uint32  // client ids, session ids, stateids
-	verf   [8]byte // the server's boot verifier (EXCHANGE_ID's server owner minor id)
 
 	clients  map[uint64]*Client
 	owners   map[string]*ownerRecs // by client owner id
@@ -117,7 +116,6 @@ func New(cfg Config) (*State, error) {
 		return nil, fmt.Errorf("v4state: random: %w", err)
 	}
 	copy(st.tag[:], r[0:4])
-	copy(st.verf[:], r[4:12])
 	// The epoch differs between instances (seconds, plus randomness for
 	// two starts within a second), so ids of a previous instance are
 	// recognised as stale, never taken for current ones.
@@ -133,9 +131,6 @@ func New(cfg Config) (*State, error) {
 
 // Lease returns the lease time.
 func (st *State) Lease() time.Duration { return st.lease }
-
-// BootVerifier is this instance's verifier, different after every start.
-func (st *State) BootVerifier() [8]byte { return st.verf }
 
 func (st *State) newID() uint32 {
 	st.nextID++
