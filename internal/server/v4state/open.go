@@ -35,7 +35,6 @@ type Open struct {
 	locks  []*LockState
 }
 
-
 // OpenArgs is an OPEN's request of the state.
 type OpenArgs struct {
 	Owner   []byte
