@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"time"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // The ACCESS cache remembers, per node and identity, which ACCESS bits the
@@ -23,19 +23,19 @@ import (
 
 // accessAll asks for every right at once, so one reply answers any later
 // access(2) mask.
-const accessAll = nfs3.AccessRead | nfs3.AccessLookup | nfs3.AccessModify |
-	nfs3.AccessExtend | nfs3.AccessDelete | nfs3.AccessExecute
+const accessAll = proto.AccessRead | proto.AccessLookup | proto.AccessModify |
+	proto.AccessExtend | proto.AccessDelete | proto.AccessExecute
 
 type accessEntry struct {
 	granted  uint32
 	seeded   bool // made from the owner bits, not by the server
 	mode     uint32
 	uid, gid uint32
-	ctime    nfs3.Time
+	ctime    proto.Time
 	at       time.Time
 }
 
-func (e *accessEntry) matches(a *nfs3.Fattr) bool {
+func (e *accessEntry) matches(a *proto.Attr) bool {
 	return e.mode == a.Mode && e.uid == a.UID && e.gid == a.GID && e.ctime == a.Ctime
 }
 
@@ -84,23 +84,23 @@ func (fs *FS) Access(ctx context.Context, c *Cred, id NodeID, mask uint32) error
 // accessWant returns the ACCESS bits that answer access(2)'s mask for n.
 func accessWant(n *inode, mask uint32) uint32 {
 	n.mu.Lock()
-	isDir := n.attrValid && n.attr.Type == nfs3.TypeDir
+	isDir := n.attrValid && n.attr.Type == proto.TypeDir
 	n.mu.Unlock()
 	var want uint32
 	if mask&AccessRead != 0 {
-		want |= nfs3.AccessRead
+		want |= proto.AccessRead
 	}
 	if mask&AccessWrite != 0 {
-		want |= nfs3.AccessModify | nfs3.AccessExtend
+		want |= proto.AccessModify | proto.AccessExtend
 		if isDir {
-			want |= nfs3.AccessDelete
+			want |= proto.AccessDelete
 		}
 	}
 	if mask&AccessExec != 0 {
 		if isDir {
-			want |= nfs3.AccessLookup
+			want |= proto.AccessLookup
 		} else {
-			want |= nfs3.AccessExecute
+			want |= proto.AccessExecute
 		}
 	}
 	return want
@@ -151,13 +151,13 @@ func (fs *FS) accessRPC(ctx context.Context, c *Cred, n *inode, fresh bool) (gra
 		attr    bool
 	}
 	v, err := fs.flightOrCall(ctx, flightKey, fresh, func() (any, error) {
-		var res nfs3.AccessRes
 		at := fs.now()
-		if err := fs.call(ctx, c, nfs3.ProcAccess, &nfs3.AccessArgs{Obj: n.fh, Access: accessAll}, &res); err != nil {
+		res, err := fs.srv.Access(ctx, c, n.fh, accessAll)
+		if err != nil {
 			return nil, err
 		}
-		fs.applyAttr(n, &res.ObjAttr, at)
-		if res.Status != nfs3.OK {
+		fs.applyAttr(n, &res.Attr, at)
+		if res.Status != nil {
 			fs.noteStale(n, res.Status)
 			return nil, res.Status
 		}
@@ -173,7 +173,7 @@ func (fs *FS) accessRPC(ctx context.Context, c *Cred, n *inode, fresh bool) (gra
 				gid: n.attr.GID, ctime: n.attr.Ctime, at: at}
 		}
 		n.mu.Unlock()
-		return answer{res.Access, res.ObjAttr.Present}, nil
+		return answer{res.Access, res.Attr.Present}, nil
 	})
 	if err != nil {
 		return 0, false, err
@@ -188,18 +188,18 @@ func (fs *FS) seedAccess(c *Cred, n *inode, at time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	a := &n.attr
-	if !n.attrValid || a.UID != c.UID || a.Type != nfs3.TypeReg || fs.opts.NoAC {
+	if !n.attrValid || a.UID != c.UID || a.Type != proto.TypeReg || fs.opts.NoAC {
 		return
 	}
 	var g uint32
 	if a.Mode&0o400 != 0 {
-		g |= nfs3.AccessRead
+		g |= proto.AccessRead
 	}
 	if a.Mode&0o200 != 0 {
-		g |= nfs3.AccessModify | nfs3.AccessExtend
+		g |= proto.AccessModify | proto.AccessExtend
 	}
 	if a.Mode&0o100 != 0 {
-		g |= nfs3.AccessExecute
+		g |= proto.AccessExecute
 	}
 	if n.access == nil {
 		n.access = map[string]accessEntry{}

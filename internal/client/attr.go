@@ -5,7 +5,7 @@ import (
 	"syscall"
 	"time"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // Timespec is a time as the kernel takes it.
@@ -29,13 +29,13 @@ type Attr struct {
 	Ctime  Timespec
 }
 
-var typeBits = map[nfs3.Ftype]uint32{
-	nfs3.TypeReg: syscall.S_IFREG, nfs3.TypeDir: syscall.S_IFDIR, nfs3.TypeBlk: syscall.S_IFBLK,
-	nfs3.TypeChr: syscall.S_IFCHR, nfs3.TypeLnk: syscall.S_IFLNK, nfs3.TypeSock: syscall.S_IFSOCK,
-	nfs3.TypeFifo: syscall.S_IFIFO,
+var typeBits = map[proto.FileType]uint32{
+	proto.TypeReg: syscall.S_IFREG, proto.TypeDir: syscall.S_IFDIR, proto.TypeBlk: syscall.S_IFBLK,
+	proto.TypeChr: syscall.S_IFCHR, proto.TypeLnk: syscall.S_IFLNK, proto.TypeSock: syscall.S_IFSOCK,
+	proto.TypeFifo: syscall.S_IFIFO,
 }
 
-func attrFromNFS(a *nfs3.Fattr) Attr {
+func attrFromProto(a *proto.Attr) Attr {
 	return Attr{
 		Ino:    a.Fileid,
 		Mode:   typeBits[a.Type] | a.Mode&07777,
@@ -45,9 +45,9 @@ func attrFromNFS(a *nfs3.Fattr) Attr {
 		Size:   a.Size,
 		Blocks: (a.Used + 511) / 512,
 		Rdev:   uint32(a.Rdev.Major&0xfff)<<8 | a.Rdev.Minor&0xff | (a.Rdev.Minor&^0xff)<<12,
-		Atime:  Timespec{int64(a.Atime.Seconds), a.Atime.Nseconds},
-		Mtime:  Timespec{int64(a.Mtime.Seconds), a.Mtime.Nseconds},
-		Ctime:  Timespec{int64(a.Ctime.Seconds), a.Ctime.Nseconds},
+		Atime:  Timespec{a.Atime.Sec, a.Atime.Nsec},
+		Mtime:  Timespec{a.Mtime.Sec, a.Mtime.Nsec},
+		Ctime:  Timespec{a.Ctime.Sec, a.Ctime.Nsec},
 	}
 }
 
@@ -56,16 +56,16 @@ func (a *Attr) IsDir() bool { return a.Mode&syscall.S_IFMT == syscall.S_IFDIR }
 
 // sameChange reports whether two attribute sets show the same version of
 // the file's data and metadata.
-func sameChange(a, b *nfs3.Fattr) bool {
+func sameChange(a, b *proto.Attr) bool {
 	return a.Size == b.Size && a.Mtime == b.Mtime && a.Ctime == b.Ctime
 }
 
 // timeoBounds returns the attribute cache lifetime bounds for a file type.
-func (fs *FS) timeoBounds(t nfs3.Ftype) (min, max time.Duration) {
+func (fs *FS) timeoBounds(t proto.FileType) (min, max time.Duration) {
 	if fs.opts.NoAC {
 		return 0, 0
 	}
-	if t == nfs3.TypeDir {
+	if t == proto.TypeDir {
 		return fs.opts.AcDirMin, fs.opts.AcDirMax
 	}
 	return fs.opts.AcRegMin, fs.opts.AcRegMax
@@ -80,7 +80,7 @@ func (fs *FS) timeoBounds(t nfs3.Ftype) (min, max time.Duration) {
 // kernel is told to forget.
 //
 // LOCKS_REQUIRED(n.mu)
-func (fs *FS) applyAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
+func (fs *FS) applyAttrLocked(n *inode, a *proto.Attr, at time.Time) {
 	if fs.staleLocked(n, a, at) {
 		return
 	}
@@ -117,14 +117,14 @@ func (fs *FS) applyAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
 // after them: applyWcc takes it without asking here.)
 //
 // LOCKS_REQUIRED(n.mu)
-func (fs *FS) staleLocked(n *inode, a *nfs3.Fattr, at time.Time) bool {
+func (fs *FS) staleLocked(n *inode, a *proto.Attr, at time.Time) bool {
 	if at.Before(n.attrStale) {
 		return true // sent before a change we know of and it may not show
 	}
 	if !n.attrValid || at.After(n.attrRecv) {
 		return false
 	}
-	if a.Type == nfs3.TypeReg && n.attr.Type == nfs3.TypeReg {
+	if a.Type == proto.TypeReg && n.attr.Type == proto.TypeReg {
 		switch c := compareTime(a.Ctime, n.attr.Ctime); {
 		case c > 0:
 			return false
@@ -138,11 +138,11 @@ func (fs *FS) staleLocked(n *inode, a *nfs3.Fattr, at time.Time) bool {
 }
 
 // compareTime returns -1, 0 or 1 as a is before, equal to or after b.
-func compareTime(a, b nfs3.Time) int {
-	if c := cmp.Compare(a.Seconds, b.Seconds); c != 0 {
+func compareTime(a, b proto.Time) int {
+	if c := cmp.Compare(a.Sec, b.Sec); c != 0 {
 		return c
 	}
-	return cmp.Compare(a.Nseconds, b.Nseconds)
+	return cmp.Compare(a.Nsec, b.Nsec)
 }
 
 // setAttrLocked records attributes as applyAttrLocked does, without its
@@ -150,7 +150,7 @@ func compareTime(a, b nfs3.Time) int {
 // ctime than the node's may come from a call sent before those.
 //
 // LOCKS_REQUIRED(n.mu)
-func (fs *FS) setAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
+func (fs *FS) setAttrLocked(n *inode, a *proto.Attr, at time.Time) {
 	if n.attrValid && at.Before(n.attrTime) {
 		at = n.attrTime
 	}
@@ -160,7 +160,7 @@ func (fs *FS) setAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
 		// A file that has not been modified for a long time is unlikely to
 		// be modified soon: start at a tenth of its age, as BSD clients do,
 		// within [min, max].
-		age := at.Sub(time.Unix(int64(a.Mtime.Seconds), int64(a.Mtime.Nseconds)))
+		age := at.Sub(time.Unix(a.Mtime.Sec, int64(a.Mtime.Nsec)))
 		n.attrTimeo = min(max(age/10, lo), hi)
 	default:
 		n.attrTimeo *= 2
@@ -175,7 +175,7 @@ func (fs *FS) setAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
 	n.attrValid = true
 	n.attrTime = at
 	n.attrRecv = fs.now()
-	if a.Type == nfs3.TypeDir {
+	if a.Type == proto.TypeDir {
 		fs.noteVersionLocked(n, a)
 	}
 	if n.dataValid && (n.dataMtime != a.Mtime || n.dataSize != a.Size) {
@@ -186,7 +186,7 @@ func (fs *FS) setAttrLocked(n *inode, a *nfs3.Fattr, at time.Time) {
 }
 
 // applyAttr is applyAttrLocked taking the node's lock.
-func (fs *FS) applyAttr(n *inode, p *nfs3.PostOpAttr, at time.Time) {
+func (fs *FS) applyAttr(n *inode, p *proto.PostAttr, at time.Time) {
 	if !p.Present {
 		return
 	}
@@ -201,7 +201,7 @@ func (fs *FS) applyAttr(n *inode, p *nfs3.PostOpAttr, at time.Time) {
 // the new version instead of being dropped. ours says the caller knows the
 // change is its own whatever the pre-operation attributes say (replies to
 // our pipelined WRITEs arrive in any order, each with another's pre-op).
-func (fs *FS) applyWcc(n *inode, w *nfs3.WccData, at time.Time, ours bool) {
+func (fs *FS) applyWcc(n *inode, w *proto.Wcc, at time.Time, ours bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !w.After.Present {
@@ -262,13 +262,13 @@ func (fs *FS) invalidateAttr(n *inode) {
 // lifetime, if still valid at now.
 //
 // LOCKS_REQUIRED(n.mu)
-func (n *inode) cachedAttrLocked(now time.Time) (nfs3.Fattr, time.Duration, bool) {
+func (n *inode) cachedAttrLocked(now time.Time) (proto.Attr, time.Duration, bool) {
 	if !n.attrValid {
-		return nfs3.Fattr{}, 0, false
+		return proto.Attr{}, 0, false
 	}
 	left := n.attrTime.Add(n.attrTimeo).Sub(now)
 	if left <= 0 {
-		return nfs3.Fattr{}, 0, false
+		return proto.Attr{}, 0, false
 	}
 	return n.attr, left, true
 }

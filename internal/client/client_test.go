@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 	"hushfs/internal/proxy"
 	"hushfs/internal/rpc"
 	"hushfs/internal/server"
@@ -277,7 +278,7 @@ func TestVerifierChangeResends(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Two chunks stream out UNSTABLE as soon as three are dirty; wait for them.
-	fs.wb.flush(ctx, fs.nodes.get(2), nfs3.Unstable)
+	fs.wb.flush(ctx, fs.nodes.get(2), proto.Unstable)
 	before := ts.proxy.Counts().WriteStable[uint32(nfs3.Unstable)]
 	if before != 3 {
 		t.Fatalf("UNSTABLE WRITEs before restart = %d, want 3", before)
@@ -574,7 +575,7 @@ func TestNamespaceOps(t *testing.T) {
 	if err := fs.Rmdir(ctx, root, RootID, "d"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := fs.GetAttr(ctx, root, d.Node); !errors.Is(err, nfs3.ErrStale) && err != nil {
+	if _, _, err := fs.GetAttr(ctx, root, d.Node); !errors.Is(err, syscall.ESTALE) && err != nil {
 		// the attribute cache may still answer; a fresh GETATTR must be STALE
 		t.Fatalf("getattr of removed dir: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // shiftCtimes moves every ctime in the results of the procedures a file's
@@ -168,7 +169,7 @@ func TestWccFollowsAcrossClockStep(t *testing.T) {
 	n.mu.Lock()
 	before := n.attr
 	n.mu.Unlock()
-	before.Ctime.Seconds += 3600 // the last change, made an hour ahead
+	before.Ctime.Sec += 3600 // the last change, made an hour ahead
 	writeSent := fs.now().Add(-2 * time.Millisecond)
 	getattrSent := writeSent.Add(time.Millisecond)
 
@@ -177,11 +178,11 @@ func TestWccFollowsAcrossClockStep(t *testing.T) {
 	n.mu.Unlock()
 	after := before
 	after.Size = 20
-	after.Ctime.Seconds -= 3600 // now, after the step
+	after.Ctime.Sec -= 3600 // now, after the step
 	after.Mtime = after.Ctime
-	fs.applyWcc(n, &nfs3.WccData{
-		Before: nfs3.PreOpAttr{Present: true, Attr: nfs3.WccAttr{Size: before.Size, Mtime: before.Mtime, Ctime: before.Ctime}},
-		After:  nfs3.PostOpAttr{Present: true, Attr: after},
+	fs.applyWcc(n, &proto.Wcc{
+		Before: proto.PreAttr{Present: true, Attr: proto.WccAttr{Size: before.Size, Mtime: before.Mtime, Ctime: before.Ctime}},
+		After:  proto.PostAttr{Present: true, Attr: after},
 	}, writeSent, true)
 	if a, _, _ := fs.GetAttr(ctx, root, e.Node); a.Size != 20 {
 		t.Errorf("after our WRITE that followed the cached state: size %d, want 20", a.Size)

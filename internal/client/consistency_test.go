@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 	"hushfs/internal/proxy"
 )
 
@@ -204,12 +205,12 @@ func TestRepliesInServerOrder(t *testing.T) {
 		}
 	}
 	n := fs.nodes.get(e.Node)
-	attrs := func() (nfs3.Fattr, time.Time) {
+	attrs := func() (proto.Attr, time.Time) {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		return n.attr, n.attrTime
 	}
-	apply := func(a nfs3.Fattr, at time.Time) {
+	apply := func(a proto.Attr, at time.Time) {
 		n.mu.Lock()
 		fs.applyAttrLocked(n, &a, at)
 		n.mu.Unlock()
@@ -222,8 +223,8 @@ func TestRepliesInServerOrder(t *testing.T) {
 		}
 		return a.Size
 	}
-	later := func(a nfs3.Fattr, s uint32) nfs3.Fattr {
-		a.Mtime = nfs3.Time{Seconds: a.Mtime.Seconds + s}
+	later := func(a proto.Attr, s int64) proto.Attr {
+		a.Mtime = proto.Time{Sec: a.Mtime.Sec + s}
 		a.Ctime = a.Mtime
 		return a
 	}
@@ -259,7 +260,7 @@ func TestRepliesInServerOrder(t *testing.T) {
 	apply(cur, readSent) // the READ's post-op attributes: the state before
 	set := later(cur, 1)
 	set.Size = 7
-	fs.applyWcc(n, &nfs3.WccData{After: nfs3.PostOpAttr{Present: true, Attr: set}}, setattrSent, false)
+	fs.applyWcc(n, &proto.Wcc{After: proto.PostAttr{Present: true, Attr: set}}, setattrSent, false)
 	if got := size(); got != 7 {
 		t.Errorf("after our SETATTR's reply, sent before a READ that ran before it: size %d, want 7", got)
 	}
@@ -270,16 +271,16 @@ func TestRepliesInServerOrder(t *testing.T) {
 	// after it, whatever its ctime).
 	cur, _ = attrs()
 	first, second := fs.now().Add(-2*time.Millisecond), fs.now().Add(-time.Millisecond)
-	wcc := func(size uint64, s uint32) *nfs3.WccData {
+	wcc := func(size uint64, s int64) *proto.Wcc {
 		a := later(cur, s)
 		a.Size = size
-		return &nfs3.WccData{After: nfs3.PostOpAttr{Present: true, Attr: a}}
+		return &proto.Wcc{After: proto.PostAttr{Present: true, Attr: a}}
 	}
 	fs.applyWcc(n, wcc(8000, 2), first, true) // ran second: the file at 8000
 	fs.applyWcc(n, wcc(5000, 1), second, true)
-	if a, _ := attrs(); a.Size != 8000 || a.Ctime.Seconds != cur.Ctime.Seconds+2 {
+	if a, _ := attrs(); a.Size != 8000 || a.Ctime.Sec != cur.Ctime.Sec+2 {
 		t.Errorf("after WRITE replies in the other order than the server ran them: size %d ctime %+v, want 8000, %d s",
-			a.Size, a.Ctime, cur.Ctime.Seconds+2)
+			a.Size, a.Ctime, cur.Ctime.Sec+2)
 	}
 }
 

@@ -164,7 +164,7 @@ func TestMadeDirectoryNotKeptByKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fs.ReleaseDir(dh)
-	if cache, keep := fs.DirCache(dh); !cache || keep {
+	if cache, keep := fs.DirCache(user, dh); !cache || keep {
 		t.Errorf("opendir of a directory we made: cache %v keep %v, want the kernel to cache it and keep nothing", cache, keep)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"time"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // DirEntry is one directory entry as the kernel's readdir takes it.
@@ -52,8 +52,8 @@ func (fs *FS) dirOffset(name string) uint64 {
 
 // plusData is what READDIRPLUS told us of an entry.
 type plusData struct {
-	fh     nfs3.FH
-	attr   nfs3.Fattr
+	fh     proto.FH
+	attr   proto.Attr
 	at     time.Time
 	dirVer *dirVersion // the directory's version in the reply, if it had one
 }
@@ -78,13 +78,19 @@ type openDir struct {
 	at     map[uint64]int // offset → index in a snapshot, once it is seeked in
 	eof    bool           // nothing follows batch
 	cookie uint64         // the server's cookie the next READDIR reads from
-	verf   nfs3.Verf
+	verf   proto.Verf
 	// marks holds, for every offset the stream handed out, the server's
 	// cookie to read on from after its entry, as the last pass that
 	// returned the entry had it.
 	marks map[uint64]uint64
-	// pending gathers a pass from the server that may turn out complete.
+	// pending gathers a pass from the server that may turn out complete;
+	// listing says the pass may (the name cache is kept).
 	pending *pendingList
+	listing bool
+	// passAt and calls: when the pass's first call (from cookie 0) was
+	// sent, and the calls it has made (bulk.go's estimates).
+	passAt time.Time
+	calls  int
 	// kept is the complete listing the kernel was told it may list the
 	// stream from (DirCache); read under node.mu. namesUntil: when the
 	// names a plus pass from offset 0 hands the kernel expire (zero: not
@@ -108,6 +114,7 @@ type openDir struct {
 func (d *openDir) newRun() {
 	clear(d.seen)
 	clear(d.asked)
+	d.passAt, d.calls = time.Time{}, 0
 	d.restarted, d.gained, d.fruitless, d.failed = false, 0, 0, nil
 }
 
@@ -117,9 +124,9 @@ func (fs *FS) OpenDir(ctx context.Context, c *Cred, id NodeID) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if _, err := fs.attrOrFetch(ctx, c, n); err != nil {
-		return 0, err
-	}
+	// No call: a listing pass from offset 0 revalidates the directory
+	// (startPass), and the kernel reads one after every opendir it means
+	// to read; a GETATTR here would only come before the pass's own call.
 	fs.nodes.open(n)
 	d := &openDir{node: n, marks: map[uint64]uint64{}, seen: map[uint64]struct{}{}, asked: map[uint64]struct{}{}}
 	fs.openMu.Lock()
@@ -153,7 +160,7 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 	if d == nil {
 		return syscall.EBADF
 	}
-	plus = plus && fs.opts.RdirPlus
+	plus = plus && fs.opts.RdirPlus && !fs.noPlus.Load()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
@@ -260,29 +267,58 @@ func (d *openDir) indexOf(offset uint64) int {
 	return -1
 }
 
-// startPass begins a listing at offset 0: with fresh directory attributes
-// (a GETATTR if they expired), from the complete listing if there is one,
-// else from the server.
+// startPass begins a listing at offset 0: from the complete listing if
+// there is one and the directory's attributes are fresh (a GETATTR, or
+// a READDIRPLUS pass under way, if they expired), else from the server.
 //
 // LOCKS_REQUIRED(d.mu)
 func (fs *FS) startPass(ctx context.Context, c *Cred, d *openDir, plus bool) error {
 	dir := d.node
 	d.cached, d.at, d.batch, d.plusB, d.pos, d.eof = false, nil, nil, nil, 0, false
-	d.cookie, d.verf, d.next, d.pending = 0, nfs3.Verf{}, 0, nil
+	d.cookie, d.verf, d.next, d.pending = 0, proto.Verf{}, 0, nil
+	d.listing = fs.cachingNames()
 	d.newRun()
+	// The kernel lists the directory: a stat of its entries may follow
+	// (bulk.go), and a walk may be going through it (walk.go).
+	now := fs.now()
+	dir.mu.Lock()
+	b := dir.bulkLocked()
+	b.listedAt, b.enumAt, b.kids, b.lastKid = now, now, 0, 0
+	dir.mu.Unlock()
+	walking := fs.visitDir(c, dir, true)
+	fromServer := false
 	if fs.cachingNames() {
+		// A pass under way (read ahead, say) brings the listing: wait for
+		// it rather than read the directory twice.
+		dir.mu.Lock()
+		r := dir.bulk.refresh
+		dir.mu.Unlock()
+		if r != nil {
+			select {
+			case <-r.done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		dir.mu.Lock()
 		_, _, fresh := dir.cachedAttrLocked(fs.now())
+		// With the attributes expired, the pass's first reply revalidates
+		// the directory (repend) as a GETATTR would: for a directory with
+		// no complete listing kept, and for a READDIRPLUS pass of one
+		// call, which also brings every entry's attributes (ls -l, du
+		// then stat nothing).
+		fromServer = !fresh && (dir.bulk.refresh == nil &&
+			(dir.list == nil || plus && fs.bulkOn() && fs.passCallsLocked(dir) <= 1))
 		dir.mu.Unlock()
-		if !fresh {
-			if _, _, err := fs.getattrRPC(ctx, c, dir); err != nil {
+		if !fresh && !fromServer {
+			if err := fs.reviveDir(ctx, c, dir, walking); err != nil {
 				return err
 			}
 		}
 	}
 	dir.mu.Lock()
 	defer dir.mu.Unlock()
-	if s, ok := fs.listSnapshotLocked(dir, plus); ok {
+	if s, ok := fs.listSnapshotLocked(dir, plus); ok && !fromServer {
 		d.cached, d.batch, d.plusB, d.verf, d.eof = true, s.entries, s.plus, s.verf, true
 		return nil
 	}
@@ -314,8 +350,9 @@ func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData, cached bool) *inod
 	n.mu.Lock()
 	fs.applyAttrLocked(n, &p.attr, p.at) // ignored if older than what n has
 	a, ok := n.attr, n.attrValid
-	if p.attr.Type == nfs3.TypeDir {
-		n.parent, n.name = dir.id, e.Name
+	n.parent = dir.id
+	if p.attr.Type == proto.TypeDir {
+		n.name = e.Name
 	}
 	n.mu.Unlock()
 	if !ok {

@@ -29,8 +29,11 @@ import "time"
 // DirCache says whether the kernel may keep the contents of the directory
 // stream dh (just opened) in its page cache, and whether what it kept from
 // earlier listings is still good. Neither when names are not cached
-// (lookupcache=none, noac): every pass goes to the server.
-func (fs *FS) DirCache(dh uint64) (cache, keep bool) {
+// (lookupcache=none, noac): every pass goes to the server. A directory
+// the kernel will list from its own cache counts as listed (bulk.go,
+// walk.go): the core sees no pass of it, but its entries' attributes may
+// be asked for next, and a walk may be going through it.
+func (fs *FS) DirCache(c *Cred, dh uint64) (cache, keep bool) {
 	if !fs.cachingNames() {
 		return false, false
 	}
@@ -42,22 +45,27 @@ func (fs *FS) DirCache(dh uint64) (cache, keep bool) {
 	}
 	dir := d.node
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	dir.mu.Lock()
-	defer dir.mu.Unlock()
 	l := dir.servedListLocked()
-	if l == nil {
-		return true, false
-	}
-	d.kept = l
-	if fs.opts.RdirPlus && !fs.now().Before(l.kernelUntil) {
+	if l != nil {
+		d.kept = l
 		// The kernel's names from the last plus listing expired: listed
-		// from its cache, every name would be looked up again (a
-		// LOOKUP request each, 100,000 for ls -l of 100,000 entries),
-		// where listing it again refreshes them all in a few requests.
-		return true, false
+		// from its cache, every name would be looked up again (a LOOKUP
+		// request each, 100,000 for ls -l of 100,000 entries), where
+		// listing it again refreshes them all in a few requests.
+		keep = !fs.opts.RdirPlus || fs.now().Before(l.kernelUntil)
 	}
-	return true, true
+	if keep {
+		now := fs.now()
+		b := dir.bulkLocked()
+		b.listedAt, b.enumAt, b.kids, b.lastKid = now, now, 0, 0
+	}
+	dir.mu.Unlock()
+	d.mu.Unlock()
+	if keep {
+		fs.visitDir(c, dir, true)
+	}
+	return true, keep
 }
 
 // passBegunLocked notes when the names a plus pass from offset 0 hands

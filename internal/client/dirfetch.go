@@ -3,11 +3,12 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // nameMax is NAME_MAX: the longest name the kernel takes in a listing.
@@ -32,8 +33,9 @@ func listableName(name []byte) bool {
 	return len(name) > 0 && len(name) <= nameMax && bytes.IndexByte(name, '/') < 0 && bytes.IndexByte(name, 0) < 0
 }
 
-// usableFH reports whether fh can be a file handle: 1 to NFS3_FHSIZE bytes.
-func usableFH(fh nfs3.FH) bool { return len(fh) > 0 && len(fh) <= nfs3.FHSize }
+// usableFH reports whether fh can be a file handle: 1 to the protocol's
+// largest (NFS3_FHSIZE) bytes.
+func (fs *FS) usableFH(fh proto.FH) bool { return len(fh) > 0 && len(fh) <= fs.limits.MaxHandle }
 
 // fetchDir reads the entries after d.cookie into d.batch. A cookie the
 // server no longer honours restarts the run from the beginning, skipping
@@ -48,7 +50,7 @@ func (fs *FS) fetchDir(ctx context.Context, c *Cred, d *openDir, plus bool) erro
 			return fs.listingLoop(d, fmt.Sprintf("the server led back to cookie %d", d.cookie))
 		}
 		err := fs.readdirRPC(ctx, c, d, plus)
-		if err != nfs3.ErrBadCookie || d.cookie == 0 {
+		if !errors.Is(err, proto.ErrBadCookie) || d.cookie == 0 {
 			return err
 		}
 		if d.gained > 0 {
@@ -56,7 +58,7 @@ func (fs *FS) fetchDir(ctx context.Context, c *Cred, d *openDir, plus bool) erro
 		} else if d.fruitless++; d.fruitless > maxFruitlessRestarts {
 			return fs.listingLoop(d, fmt.Sprintf("cookie %d refused (BAD_COOKIE) %d times in a row with no entry listed in between", d.cookie, d.fruitless))
 		}
-		d.cookie, d.verf = 0, nfs3.Verf{}
+		d.cookie, d.verf = 0, proto.Verf{}
 		d.batch, d.plusB, d.pos, d.pending = nil, nil, 0, nil
 		clear(d.asked)
 		d.restarted, d.gained = true, 0
@@ -70,7 +72,7 @@ func (fs *FS) fetchDir(ctx context.Context, c *Cred, d *openDir, plus bool) erro
 func (fs *FS) listingLoop(d *openDir, why string) error {
 	name := fs.describeDir(d.node)
 	fs.logf("hushfs: directory %s: readdir loop: %s; the listing fails with EIO", name, why)
-	d.failed = fmt.Errorf("listing directory %s: readdir loop: %s: %w", name, why, nfs3.ErrIO)
+	d.failed = fmt.Errorf("listing directory %s: readdir loop: %s: %w", name, why, proto.ErrIO)
 	return d.failed
 }
 
@@ -83,6 +85,11 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 	dir := d.node
 	at := fs.now()
 	from := d.cookie
+	first := from == 0 && !d.restarted // the pass's first call
+	if first {
+		d.passAt, d.calls = at, 0
+	}
+	d.calls++
 	var batch []DirEntry
 	var badNames, badFHs int
 	var badName []byte
@@ -117,15 +124,18 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 	}
 	var n int
 	if plus {
-		args := nfs3.ReaddirplusArgs{Dir: dir.fh, Cookie: d.cookie, CookieVerf: d.verf, DirCount: fs.dtpref, MaxCount: fs.rsize}
-		var res nfs3.ReaddirplusRes
-		if err := fs.call(ctx, c, nfs3.ProcReaddirplus, &args, &res); err != nil {
+		args := proto.ReadDirArgs{Dir: dir.fh, Cookie: d.cookie, Verf: d.verf, Count: fs.dtpref, MaxCount: fs.rsize}
+		res, err := fs.srv.ReadDirPlus(ctx, c, args)
+		if err != nil {
 			return err
 		}
 		fs.applyAttr(dir, &res.DirAttr, at)
-		if res.Status != nfs3.OK {
+		if res.Status != nil {
 			fs.noteStale(dir, res.Status)
 			return res.Status
+		}
+		if first {
+			fs.repend(d, &res.DirAttr)
 		}
 		var ver *dirVersion
 		if res.DirAttr.Present {
@@ -146,26 +156,29 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 			}
 			switch {
 			case !e.FH.Present || !e.Attr.Present:
-			case !usableFH(e.FH.FH):
+			case !fs.usableFH(e.FH.FH):
 				badFHs++ // the kernel looks the name up: LOOKUP gets its handle
 			default:
-				p = plusData{fh: append(nfs3.FH(nil), e.FH.FH...), attr: e.Attr.Attr, at: at, dirVer: ver}
+				p = plusData{fh: append(proto.FH(nil), e.FH.FH...), attr: e.Attr.Attr, at: at, dirVer: ver}
 				pp = &p
 			}
 			plusB = append(plusB, p)
 			collect(de, pp)
 		}
-		d.verf, d.eof, d.plusB, n = res.CookieVerf, res.EOF, plusB, len(res.Entries)
+		d.verf, d.eof, d.plusB, n = res.Verf, res.EOF, plusB, len(res.Entries)
 	} else {
-		args := nfs3.ReaddirArgs{Dir: dir.fh, Cookie: d.cookie, CookieVerf: d.verf, Count: fs.dtpref}
-		var res nfs3.ReaddirRes
-		if err := fs.call(ctx, c, nfs3.ProcReaddir, &args, &res); err != nil {
+		args := proto.ReadDirArgs{Dir: dir.fh, Cookie: d.cookie, Verf: d.verf, Count: fs.dtpref}
+		res, err := fs.srv.ReadDir(ctx, c, args)
+		if err != nil {
 			return err
 		}
 		fs.applyAttr(dir, &res.DirAttr, at)
-		if res.Status != nfs3.OK {
+		if res.Status != nil {
 			fs.noteStale(dir, res.Status)
 			return res.Status
+		}
+		if first {
+			fs.repend(d, &res.DirAttr)
 		}
 		for i := range res.Entries {
 			e := &res.Entries[i]
@@ -173,7 +186,7 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 				collect(de, nil)
 			}
 		}
-		d.verf, d.eof, d.plusB, n = res.CookieVerf, res.EOF, nil, len(res.Entries)
+		d.verf, d.eof, d.plusB, n = res.Verf, res.EOF, nil, len(res.Entries)
 	}
 	d.batch, d.pos = batch, 0
 	d.asked[from] = struct{}{}
@@ -181,7 +194,7 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 		fs.warnListing(dir, warnBadNames, "skipping %d entries whose names cannot be names (such as %.64q)", badNames, badName)
 	}
 	if badFHs > 0 {
-		fs.warnListing(dir, warnBadHandles, "dropping the file handles of %d entries (empty or over %d bytes); the names are looked up instead", badFHs, nfs3.FHSize)
+		fs.warnListing(dir, warnBadHandles, "dropping the file handles of %d entries (empty or over %d bytes); the names are looked up instead", badFHs, fs.limits.MaxHandle)
 	}
 	switch _, back := d.asked[d.cookie]; {
 	case d.eof:
@@ -198,7 +211,35 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 		fs.finishPending(dir, d.pending, d.verf, d.cookie)
 		d.pending = nil
 	}
+	if d.eof && plus && !d.passAt.IsZero() && !d.restarted {
+		// A whole pass: what it cost, and since when its entries'
+		// attributes are fresh (bulk.go).
+		dir.mu.Lock()
+		b := dir.bulkLocked()
+		b.calls, b.freshAt = d.calls, d.passAt
+		dir.mu.Unlock()
+	}
 	return nil
+}
+
+// repend starts the pass's listing over at its first reply, for the
+// version of the directory the reply shows: the version may have changed
+// since the pass began (its GETATTR is older), and a reply older than
+// what the name cache describes (not applied) lists no version it knows.
+//
+// LOCKS_REQUIRED(d.mu)
+func (fs *FS) repend(d *openDir, p *proto.PostAttr) {
+	if !d.listing || !p.Present {
+		return
+	}
+	dir := d.node
+	dir.mu.Lock()
+	defer dir.mu.Unlock()
+	if !dir.namesValidLocked() || dir.nameVer != versionOf(&p.Attr) {
+		d.pending = nil
+		return
+	}
+	d.pending = fs.beginPendingLocked(dir)
 }
 
 // warnListing logs a fault of the server's listing of dir, once per

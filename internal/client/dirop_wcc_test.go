@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // TestFailedDirOpWcc: a failed directory operation changed nothing, so it
@@ -22,12 +22,13 @@ func TestFailedDirOpWcc(t *testing.T) {
 	fs := ts.mount(t, "")
 	ctx := ctxT(t)
 	dir := fs.nodes.get(RootID)
-	version := func() nfs3.WccAttr {
+	errExist := proto.Error{Errno: syscall.EEXIST, Name: "NFS3ERR_EXIST"}
+	version := func() proto.WccAttr {
 		dir.mu.Lock()
 		defer dir.mu.Unlock()
-		return nfs3.WccAttr{Size: dir.attr.Size, Mtime: dir.attr.Mtime, Ctime: dir.attr.Ctime}
+		return proto.WccAttr{Size: dir.attr.Size, Mtime: dir.attr.Mtime, Ctime: dir.attr.Ctime}
 	}
-	attrs := func() nfs3.Fattr {
+	attrs := func() proto.Attr {
 		dir.mu.Lock()
 		defer dir.mu.Unlock()
 		return dir.attr
@@ -51,10 +52,10 @@ func TestFailedDirOpWcc(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, after := version(), attrs()
-	after.Mtime.Nseconds = (after.Mtime.Nseconds + 1) % 1e9
+	after.Mtime.Nsec = (after.Mtime.Nsec + 1) % 1e9
 	after.Ctime = after.Mtime
-	res := nfs3.CreateRes{Status: nfs3.ErrExist, DirWcc: nfs3.WccData{
-		Before: nfs3.PreOpAttr{Present: true, Attr: before}, After: nfs3.PostOpAttr{Present: true, Attr: after}}}
+	res := proto.CreateRes{Status: errExist, DirWcc: proto.Wcc{
+		Before: proto.PreAttr{Present: true, Attr: before}, After: proto.PostAttr{Present: true, Attr: after}}}
 	if _, err := fs.finishCreate(ctx, root, dir, "a", &res, fs.now()); Errno(err) != syscall.EEXIST {
 		t.Fatalf("finishCreate: %v", err)
 	}
@@ -68,8 +69,8 @@ func TestFailedDirOpWcc(t *testing.T) {
 		t.Fatal(err)
 	}
 	same := attrs()
-	res = nfs3.CreateRes{Status: nfs3.ErrExist, DirWcc: nfs3.WccData{
-		Before: nfs3.PreOpAttr{Present: true, Attr: version()}, After: nfs3.PostOpAttr{Present: true, Attr: same}}}
+	res = proto.CreateRes{Status: errExist, DirWcc: proto.Wcc{
+		Before: proto.PreAttr{Present: true, Attr: version()}, After: proto.PostAttr{Present: true, Attr: same}}}
 	if _, err := fs.finishCreate(ctx, root, dir, "b", &res, fs.now()); Errno(err) != syscall.EEXIST {
 		t.Fatalf("finishCreate: %v", err)
 	}
@@ -86,16 +87,16 @@ func TestFailedDirOpWcc(t *testing.T) {
 	if err := os.Remove(filepath.Join(ts.dir, "c")); err != nil {
 		t.Fatal(err)
 	}
-	w := nfs3.WccData{Before: nfs3.PreOpAttr{Present: true, Attr: version()}, After: nfs3.PostOpAttr{Present: true, Attr: attrs()}}
-	fs.applyDirOpWcc(dir, &w, fs.now(), nfs3.ErrNoEnt, "c", nfs3.ErrNoEnt)
+	w := proto.Wcc{Before: proto.PreAttr{Present: true, Attr: version()}, After: proto.PostAttr{Present: true, Attr: attrs()}}
+	fs.applyDirOpWcc(dir, &w, fs.now(), proto.Error{Errno: syscall.ENOENT, Name: "NFS3ERR_NOENT"}, "c", syscall.ENOENT)
 	if _, err := fs.Lookup(ctx, root, RootID, "c"); Errno(err) != syscall.ENOENT {
 		t.Errorf("lookup after REMOVE said ENOENT: %v, want ENOENT", err)
 	}
 
 	// A failure that contradicts nothing keeps the cache.
 	negative("d")
-	w = nfs3.WccData{Before: nfs3.PreOpAttr{Present: true, Attr: version()}, After: nfs3.PostOpAttr{Present: true, Attr: attrs()}}
-	fs.applyDirOpWcc(dir, &w, fs.now(), nfs3.ErrAcces, "d", nfs3.ErrExist)
+	w = proto.Wcc{Before: proto.PreAttr{Present: true, Attr: version()}, After: proto.PostAttr{Present: true, Attr: attrs()}}
+	fs.applyDirOpWcc(dir, &w, fs.now(), proto.Error{Errno: syscall.EACCES, Name: "NFS3ERR_ACCES"}, "d", syscall.EEXIST)
 	dir.mu.Lock()
 	d := dir.names["d"]
 	dir.mu.Unlock()

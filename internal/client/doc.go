@@ -2,7 +2,9 @@
 // nothing about FUSE: internal/fusefs adapts the kernel's requests onto the
 // methods of FS, which take a node ID, a caller credential and plain Go
 // values, and return protocol-neutral results (Attr, Entry) or an error that
-// carries an errno (see Errno).
+// carries an errno (see Errno). Nor does it know the NFS protocol: it talks
+// to a proto.Server (internal/proto), which protocol.go mounts with the
+// version the options name.
 //
 // The core is the single source of truth for cached state. Every timeout it
 // hands out (Entry.EntryTTL, AttrTTL) is no longer than its own cache would

@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"time"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // openFile is one open file description (a FUSE file handle).
@@ -302,7 +302,7 @@ func (fs *FS) readFull(ctx context.Context, c *Cred, n *inode, off uint64, dst [
 		}
 		if idle++; idle >= maxNoProgress {
 			fs.logf("hushfs: READ of node %d at offset %d: %d replies in a row without data or end of file; failing the read with EIO", n.id, off+uint64(got), idle)
-			return 0, false, fmt.Errorf("READ at offset %d: %d replies without data or end of file: %w", off+uint64(got), idle, nfs3.ErrIO)
+			return 0, false, fmt.Errorf("READ at offset %d: %d replies without data or end of file: %w", off+uint64(got), idle, proto.ErrIO)
 		}
 	}
 	return got, false, nil
@@ -310,19 +310,17 @@ func (fs *FS) readFull(ctx context.Context, c *Cred, n *inode, off uint64, dst [
 
 // readRPC reads into dst at off with one READ.
 func (fs *FS) readRPC(ctx context.Context, c *Cred, n *inode, off uint64, dst []byte) (int, bool, error) {
-	var res nfs3.ReadRes
 	at := fs.now()
-	args := nfs3.ReadArgs{File: n.fh, Offset: off, Count: uint32(len(dst))}
-	if err := fs.call(ctx, c, nfs3.ProcRead, &args, &res); err != nil {
+	res, err := fs.srv.Read(ctx, c, n.fh, off, dst)
+	if err != nil {
 		return 0, false, err
 	}
-	fs.applyAttr(n, &res.FileAttr, at)
-	if res.Status != nfs3.OK {
+	fs.applyAttr(n, &res.Attr, at)
+	if res.Status != nil {
 		fs.noteStale(n, res.Status)
 		return 0, false, res.Status
 	}
-	got := copy(dst, res.Data)
-	return got, res.EOF, nil
+	return res.N, res.EOF, nil
 }
 
 // Write records data written at off. Unless the file was opened O_SYNC or
@@ -336,17 +334,17 @@ func (fs *FS) Write(ctx context.Context, c *Cred, fh uint64, off uint64, data []
 	if fs.maxFileSize > 0 && off+uint64(len(data)) > fs.maxFileSize {
 		return 0, syscall.EFBIG
 	}
-	stable := nfs3.Unstable
+	stable := proto.Unstable
 	switch {
 	case fs.opts.Sync || of.flags&syscall.O_SYNC == syscall.O_SYNC:
-		stable = nfs3.FileSync
+		stable = proto.FileSync
 	case of.flags&syscall.O_DSYNC != 0:
-		stable = nfs3.DataSync
+		stable = proto.DataSync
 	}
 	if err := fs.wb.write(ctx, of, c, off, data, stable); err != nil {
 		return 0, err
 	}
-	if stable != nfs3.Unstable {
+	if stable != proto.Unstable {
 		if err := of.takeErr(); err != nil {
 			return 0, err
 		}
@@ -363,7 +361,7 @@ func (fs *FS) Flush(ctx context.Context, c *Cred, fh uint64) error {
 		return err
 	}
 	// A caller let go (killed) does not take the data with it: see await.
-	flush := func(ctx context.Context) error { return fs.wb.flush(ctx, of.node, nfs3.FileSync) }
+	flush := func(ctx context.Context) error { return fs.wb.flush(ctx, of.node, proto.FileSync) }
 	if err := fs.await(ctx, flush); err != nil {
 		of.takeErr() // reported now: not again at the next close
 		return err
@@ -396,7 +394,7 @@ func (fs *FS) Release(ctx context.Context, fh uint64) {
 func (fs *FS) release(ctx context.Context, of *openFile) {
 	n := of.node
 	// Writes through a shared mapping can arrive after the last flush.
-	if err := fs.wb.flush(ctx, n, nfs3.FileSync); err != nil && ctx.Err() == nil {
+	if err := fs.wb.flush(ctx, n, proto.FileSync); err != nil && ctx.Err() == nil {
 		// (Ended with the mount: Close reports what is left.)
 		fs.logf("hushfs: write-back at close of node %d: %v", n.id, err)
 	}
@@ -412,7 +410,7 @@ func (fs *FS) release(ctx context.Context, of *openFile) {
 		return
 	}
 	if dir := fs.nodes.get(dirID); dir != nil {
-		if err := fs.remove(ctx, &of.cred, dir, name, nfs3.ProcRemove); err != nil {
+		if err := fs.remove(ctx, &of.cred, dir, name, false); err != nil {
 			fs.logf("hushfs: removing %s after last close: %v", name, err)
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // NodeID names a server file for the life of a mount (a FUSE nodeid).
@@ -17,7 +17,7 @@ const RootID NodeID = 1
 // inode is the client's state for one server file handle.
 type inode struct {
 	id NodeID
-	fh nfs3.FH // immutable; owned copy
+	fh proto.FH // immutable; owned copy
 
 	// GUARDED_BY(inodeTable.mu)
 	lookups uint64 // references held by the kernel
@@ -27,7 +27,7 @@ type inode struct {
 
 	mu sync.Mutex
 	// GUARDED_BY(mu)
-	attr      nfs3.Fattr
+	attr      proto.Attr
 	attrValid bool
 	attrTime  time.Time     // when attr was fetched (the RPC's start)
 	attrRecv  time.Time     // when attr arrived: calls sent later ran later
@@ -37,11 +37,11 @@ type inode struct {
 	attrStale time.Time
 	// dataMtime/dataSize: the server's mtime and size when our cached data
 	// (kernel page cache, directory pages) was last known valid.
-	dataMtime nfs3.Time
+	dataMtime proto.Time
 	dataSize  uint64
 	dataValid bool
 	dataGen   uint64 // bumped whenever cached data stops being valid
-	parent    NodeID // directory this node was last reached from ('..' of a directory)
+	parent    NodeID // directory this node was last reached from by name ('..' of a directory)
 	name      string // and its name there, for log lines (directories only)
 	// names: the directory's name cache (see namecache.go), valid for the
 	// directory version nameVer.
@@ -54,11 +54,15 @@ type inode struct {
 	// listWarned: the kinds of faults of the server's listings of the
 	// directory already logged (warnListing).
 	listWarned atomic.Uint32
+	// bulk: bulk revalidation and walk state of a directory (bulk.go).
+	bulk *dirBulk
 	// access: ACCESS results per identity (see access.go).
 	access map[string]accessEntry
 	// removeName: after a silly rename, the name to remove at last close.
 	sillyDir  NodeID
 	sillyName string
+	// dirTimes: a directory's times held briefly (dirtimes.go).
+	dirTimes *heldDir
 	// file is the write-back state of a regular file; nil until first written.
 	file *fileState
 	// changes counts our changes to the file's data (writes, truncates),
@@ -76,9 +80,9 @@ type inodeTable struct {
 	next NodeID
 }
 
-func newInodeTable(rootFH nfs3.FH) *inodeTable {
+func newInodeTable(rootFH proto.FH) *inodeTable {
 	t := &inodeTable{byID: map[NodeID]*inode{}, byFH: map[string]*inode{}, next: RootID + 1}
-	root := &inode{id: RootID, fh: append(nfs3.FH(nil), rootFH...), lookups: 1}
+	root := &inode{id: RootID, fh: append(proto.FH(nil), rootFH...), lookups: 1}
 	root.parent = RootID
 	t.byID[RootID] = root
 	t.byFH[string(root.fh)] = root
@@ -94,14 +98,14 @@ func (t *inodeTable) get(id NodeID) *inode {
 
 // ref finds or creates the node for fh and takes one kernel reference on it.
 // The handle is copied, so fh may alias an RPC reply buffer.
-func (t *inodeTable) ref(fh nfs3.FH) *inode {
+func (t *inodeTable) ref(fh proto.FH) *inode {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.byFH[string(fh)]
 	if n == nil || n.stale {
 		// A handle the server called stale and now hands out again names
 		// a new file (by the server's word): a new node, never the old.
-		n = &inode{id: t.next, fh: append(nfs3.FH(nil), fh...)}
+		n = &inode{id: t.next, fh: append(proto.FH(nil), fh...)}
 		t.next++
 		t.byID[n.id] = n
 		t.byFH[string(n.fh)] = n
@@ -112,7 +116,7 @@ func (t *inodeTable) ref(fh nfs3.FH) *inode {
 
 // refExisting takes one kernel reference on the node for fh if the table
 // has one (not stale); it returns nil otherwise.
-func (t *inodeTable) refExisting(fh nfs3.FH) *inode {
+func (t *inodeTable) refExisting(fh proto.FH) *inode {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.byFH[string(fh)]
@@ -125,7 +129,7 @@ func (t *inodeTable) refExisting(fh nfs3.FH) *inode {
 
 // refLive is ref for a handle from an answer that may predate the
 // server calling it stale: it returns nil, taking nothing, if it has.
-func (t *inodeTable) refLive(fh nfs3.FH) *inode {
+func (t *inodeTable) refLive(fh proto.FH) *inode {
 	t.mu.Lock()
 	n := t.byFH[string(fh)]
 	stale := n != nil && n.stale
@@ -149,8 +153,19 @@ func (t *inodeTable) refID(id NodeID) *inode {
 	return n
 }
 
+// live returns the node for fh, without a reference, if the table has one
+// the server has not called stale.
+func (t *inodeTable) live(fh proto.FH) *inode {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := t.byFH[string(fh)]; n != nil && !n.stale {
+		return n
+	}
+	return nil
+}
+
 // lookupFH returns the node for fh if the table has one, without a reference.
-func (t *inodeTable) lookupFH(fh nfs3.FH) *inode {
+func (t *inodeTable) lookupFH(fh proto.FH) *inode {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.byFH[string(fh)]
@@ -221,7 +236,7 @@ func (t *inodeTable) markStale(in *inode) {
 
 // staleFH reports whether the server has called fh stale (as far as the
 // node it named is still known).
-func (t *inodeTable) staleFH(fh nfs3.FH) bool {
+func (t *inodeTable) staleFH(fh proto.FH) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.byFH[string(fh)]

@@ -82,7 +82,7 @@ func (e *UnwrittenError) Unwrap() error { return e.Err }
 func (fs *FS) Close(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	major := fs.nfs.MajorTimeout()
+	major := fs.srv.MajorTimeout()
 	go func() {
 		select {
 		case <-major:
@@ -94,8 +94,15 @@ func (fs *FS) Close(ctx context.Context) error {
 	// flushes below wait for it.
 	stop := context.AfterFunc(ctx, fs.endLife)
 	err := fs.wb.flushAll(ctx)
+	if derr := fs.sendAllDirTimes(ctx); err == nil {
+		err = derr
+	}
 	stop()
 	fs.endLife()
+	fs.bgMu.Lock()
+	fs.closing = true
+	fs.bgMu.Unlock()
+	fs.bg.Wait() // directory passes end with the mount's lifetime
 	if err != nil {
 		select {
 		case <-major:
@@ -107,7 +114,7 @@ func (fs *FS) Close(ctx context.Context) error {
 		}
 	}
 	fs.wb.close()
-	fs.nfs.Close()
+	fs.srv.Close()
 	return err
 }
 
@@ -148,18 +155,19 @@ func (fs *FS) pathOf(n *inode) string {
 	var parts []string
 	for depth := 0; n.id != RootID && depth < 256; depth++ {
 		n.mu.Lock()
-		dirID := n.parent // known for directories only: files may have many
+		dirID := n.parent // the directory it was last reached from: a file may have others
 		n.mu.Unlock()
-		var dirs []*inode
+		var dir *inode
+		var name string
 		if d := fs.nodes.get(dirID); d != nil {
-			dirs = []*inode{d}
-		} else {
+			dir, name = nameIn([]*inode{d}, n.id)
+		}
+		if dir == nil {
 			if nodes == nil {
 				nodes = fs.nodes.all()
 			}
-			dirs = nodes
+			dir, name = nameIn(nodes, n.id)
 		}
-		dir, name := nameIn(dirs, n.id)
 		if dir == nil {
 			parts = append(parts, fmt.Sprintf("node %d", n.id))
 			break

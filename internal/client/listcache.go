@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // A directory's complete listing is kept once a reader has listed it from
@@ -32,7 +32,7 @@ import (
 // dirList is a directory's complete listing.
 type dirList struct {
 	entries map[string]*listEntry // "." and ".." too, when the server lists them
-	verf    nfs3.Verf             // the cookie verifier it was read with
+	verf    proto.Verf            // the cookie verifier it was read with
 	end     uint64                // the server's cookie after its last entry
 	nextSeq uint64                // the order of the next name we add
 	made    bool                  // started empty by our MKDIR, not read from the server
@@ -84,7 +84,7 @@ func (fs *FS) beginPendingLocked(dir *inode) *pendingList {
 // finishPending installs a stream's entries, read with verf up to end, as
 // the directory's complete listing if the directory did not change while
 // they were read.
-func (fs *FS) finishPending(dir *inode, p *pendingList, verf nfs3.Verf, end uint64) {
+func (fs *FS) finishPending(dir *inode, p *pendingList, verf proto.Verf, end uint64) {
 	dir.mu.Lock()
 	defer dir.mu.Unlock()
 	if p == nil || dir.namesGen != p.startGen || !dir.namesValidLocked() || dir.nameVer != p.startVer {
@@ -186,7 +186,7 @@ func (dir *inode) listedAbsentLocked(name string) bool {
 type listSnapshot struct {
 	entries []DirEntry
 	plus    []plusData // parallel to entries in a plus snapshot (nil fh: none)
-	verf    nfs3.Verf
+	verf    proto.Verf
 }
 
 // listSnapshotLocked returns the complete listing as a stream's entries in

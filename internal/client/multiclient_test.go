@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 	"hushfs/internal/rpc"
 	"hushfs/internal/xdr"
 )
@@ -387,7 +388,7 @@ func TestJoinedLookupOfRemovedDirectory(t *testing.T) {
 	ts, fs, ctx, e := mountWithDirX(t)
 	x := fs.nodes.get(e.Node)
 	x.mu.Lock()
-	old := &lookupResult{fh: x.fh, attr: nfs3.PostOpAttr{Present: true, Attr: x.attr}, at: x.attrTime}
+	old := &lookupResult{fh: x.fh, attr: proto.PostAttr{Present: true, Attr: x.attr}, at: x.attrTime}
 	x.mu.Unlock()
 
 	// The other lookup, answered before the removal, still on its way.

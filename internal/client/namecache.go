@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"syscall"
 	"time"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // The name cache keeps, per directory, what each looked-up name was:
@@ -30,9 +31,9 @@ import (
 // confirms every negative entry of the directory) before they are trusted.
 
 // dirVersion identifies one state of a directory's contents.
-type dirVersion struct{ mtime, ctime nfs3.Time }
+type dirVersion struct{ mtime, ctime proto.Time }
 
-func versionOf(a *nfs3.Fattr) dirVersion { return dirVersion{a.Mtime, a.Ctime} }
+func versionOf(a *proto.Attr) dirVersion { return dirVersion{a.Mtime, a.Ctime} }
 
 // dentry is what we know of one name in a directory.
 type dentry struct {
@@ -54,7 +55,7 @@ func (dir *inode) namesValidLocked() bool {
 // for.
 //
 // LOCKS_REQUIRED(dir.mu)
-func (fs *FS) noteVersionLocked(dir *inode, a *nfs3.Fattr) {
+func (fs *FS) noteVersionLocked(dir *inode, a *proto.Attr) {
 	v := versionOf(a)
 	if dir.nameVerOK && dir.nameVer == v {
 		return
@@ -119,13 +120,13 @@ func (fs *FS) setName(dir *inode, name string, node NodeID, at time.Time, kernel
 // its own first transmission still at work in the server, which then
 // answers EEXIST with the directory changed between before and after.
 //
-// A failure with status contradiction (EEXIST for a create, ENOENT for a
-// remove) also says that name is not what the caches may hold. The
+// A failure whose errno is contradiction (EEXIST for a create, ENOENT for
+// a remove) also says that name is not what the caches may hold. The
 // directory's version does not always show the change that made it so
 // (timestamps are not always fine enough), so the name is dropped outright
 // and the next lookup asks the server.
-func (fs *FS) applyDirOpWcc(dir *inode, w *nfs3.WccData, at time.Time, status nfs3.Status, name string, contradiction nfs3.Status) {
-	if status == nfs3.OK {
+func (fs *FS) applyDirOpWcc(dir *inode, w *proto.Wcc, at time.Time, status error, name string, contradiction syscall.Errno) {
+	if status == nil {
 		fs.applyWcc(dir, w, at, false)
 		return
 	}
@@ -138,7 +139,7 @@ func (fs *FS) applyDirOpWcc(dir *inode, w *nfs3.WccData, at time.Time, status nf
 		}
 	}
 	fs.applyWcc(dir, w, at, false)
-	if contradiction == 0 || status != contradiction {
+	if contradiction == 0 || proto.ErrnoOf(status) != contradiction {
 		return
 	}
 	dir.mu.Lock()
@@ -146,7 +147,7 @@ func (fs *FS) applyDirOpWcc(dir *inode, w *nfs3.WccData, at time.Time, status nf
 	delete(dir.names, name)
 	if dir.list != nil {
 		_, listed := dir.list.entries[name]
-		if listed == (status == nfs3.ErrNoEnt) {
+		if listed == (contradiction == syscall.ENOENT) {
 			dir.list = nil
 			fs.listingChangedLocked(dir)
 		}
@@ -212,17 +213,35 @@ func (fs *FS) cachedLookup(ctx context.Context, c *Cred, dir *inode, name string
 	dir.mu.Lock()
 	_, _, fresh := dir.cachedAttrLocked(now)
 	dir.mu.Unlock()
+	walking := fs.visitDir(c, dir, false)
 	if !fresh {
-		// One GETATTR of the directory revalidates all its names.
-		if _, _, err := fs.getattrRPC(ctx, c, dir); err != nil {
+		// One call revalidates all its names: a GETATTR of the directory
+		// or, when a walk is at it, its READDIRPLUS.
+		if err := fs.reviveDir(ctx, c, dir, walking); err != nil {
 			return Entry{}, err, true
+		}
+	}
+	dir.mu.Lock()
+	old := fs.tooOldLocked(dir, dir.names[name], now)
+	dir.mu.Unlock()
+	if old {
+		// Many such names of one directory (a server whose replies do not
+		// prove our changes ours, ganesha's) are confirmed by one
+		// READDIRPLUS pass rather than a LOOKUP each (bulk.go).
+		if r := fs.bulkDemand(ctx, c, dir); r != nil {
+			select {
+			case <-r.done:
+			case <-ctx.Done():
+				return Entry{}, ctx.Err(), true
+			}
+			now = fs.now()
 		}
 	}
 	for fetched := false; ; fetched = true {
 		dir.mu.Lock()
 		d := dir.names[name]
-		if d != nil && d.node != 0 && d.validated.Before(dir.changedAt) && now.Sub(d.validated) >= max(dir.attrTimeo, fs.opts.AcDirMin) {
-			delete(dir.names, name) // kept across a change of the directory, and now too old
+		if fs.tooOldLocked(dir, d, now) {
+			delete(dir.names, name)
 			d = nil
 		}
 		if d == nil && fs.opts.LookupCache == LookupCacheAll && dir.listedAbsentLocked(name) {
@@ -253,7 +272,7 @@ func (fs *FS) cachedLookup(ctx context.Context, c *Cred, dir *inode, name string
 		if age := now.Sub(d.validated); age < fs.opts.NegTimeo {
 			d.kernel = true
 			dir.mu.Unlock()
-			return Entry{EntryTTL: fs.opts.NegTimeo - age}, nfs3.ErrNoEnt, true
+			return Entry{EntryTTL: fs.opts.NegTimeo - age}, syscall.ENOENT, true
 		}
 		dir.mu.Unlock()
 		if fetched {
@@ -265,6 +284,15 @@ func (fs *FS) cachedLookup(ctx context.Context, c *Cred, dir *inode, name string
 		}
 		now = fs.now()
 	}
+}
+
+// tooOldLocked reports whether d is a positive entry kept across a change
+// of dir we did not make and not confirmed for the directory's attribute
+// lifetime since: it is asked again.
+//
+// LOCKS_REQUIRED(dir.mu)
+func (fs *FS) tooOldLocked(dir *inode, d *dentry, now time.Time) bool {
+	return d != nil && d.node != 0 && d.validated.Before(dir.changedAt) && now.Sub(d.validated) >= max(dir.attrTimeo, fs.opts.AcDirMin)
 }
 
 // cachedPositive returns the entry for a cached positive name.
@@ -293,9 +321,10 @@ func (fs *FS) cachedPositive(ctx context.Context, c *Cred, dir *inode, name stri
 
 // lookupResult is one LOOKUP's outcome, shared by concurrent callers.
 type lookupResult struct {
-	fh   nfs3.FH
-	attr nfs3.PostOpAttr
-	at   time.Time
+	fh     proto.FH
+	attr   proto.PostAttr
+	at     time.Time
+	dirVer *dirVersion // the directory's version in the reply, if the name cache describes it
 }
 
 // lookupRPC sends LOOKUP (one for all concurrent lookups of the name) and
@@ -319,19 +348,19 @@ func (fs *FS) lookupRPC(ctx context.Context, c *Cred, dir *inode, name string) (
 // empty: the call's own answer was checked after it came).
 func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key string) (e Entry, err error, dead bool) {
 	v, err := fs.flightOrCall(ctx, key, false, func() (any, error) {
-		var res nfs3.LookupRes
+		var res proto.LookupRes
 		var at time.Time
-		args := nfs3.LookupArgs{What: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}}
 		for asked := 0; ; asked++ {
 			at = fs.now()
-			if err := fs.call(ctx, c, nfs3.ProcLookup, &args, &res); err != nil {
+			var err error
+			if res, err = fs.srv.Lookup(ctx, c, dir.fh, name); err != nil {
 				return nil, err
 			}
 			// A handle the server has called stale since: this answer was
 			// made before the file went (another client removed it while
 			// the call was on its way). Ask once more; the new answer is
 			// believed whatever it says.
-			if res.Status != nfs3.OK || asked > 0 || !fs.nodes.staleFH(res.Obj) {
+			if res.Status != nil || asked > 0 || !fs.nodes.staleFH(res.FH) {
 				break
 			}
 		}
@@ -340,9 +369,9 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 		replyCurrent := func() bool { // the reply describes the directory as we now know it
 			return res.DirAttr.Present && dir.namesValidLocked() && dir.nameVer == versionOf(&res.DirAttr.Attr)
 		}
-		if res.Status != nfs3.OK {
+		if res.Status != nil {
 			dir.mu.Lock()
-			if res.Status == nfs3.ErrNoEnt && replyCurrent() {
+			if proto.ErrnoOf(res.Status) == syscall.ENOENT && replyCurrent() {
 				fs.setNameLocked(dir, name, 0, at, true)
 			} else {
 				delete(dir.names, name)
@@ -350,18 +379,16 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 			dir.mu.Unlock()
 			return nil, res.Status
 		}
-		if !usableFH(res.Obj) {
+		if !fs.usableFH(res.FH) {
 			// An empty handle would be one node for every name so answered.
 			fs.logf("hushfs: directory %s: LOOKUP of %q answered with an empty file handle", fs.describeDir(dir), name)
-			return nil, fmt.Errorf("LOOKUP %q: the server answered an empty file handle: %w", name, nfs3.ErrIO)
+			return nil, fmt.Errorf("LOOKUP %q: the server answered an empty file handle: %w", name, proto.ErrIO)
 		}
-		r := &lookupResult{fh: append(nfs3.FH(nil), res.Obj...), attr: res.ObjAttr, at: at}
-		n := fs.nodes.ref(r.fh)
-		defer fs.nodes.forget(n.id, 1) // held only while recording the name
-		fs.applyAttr(n, &r.attr, at)
+		r := &lookupResult{fh: append(proto.FH(nil), res.FH...), attr: res.Attr, at: at}
 		dir.mu.Lock()
 		if replyCurrent() {
-			fs.setNameLocked(dir, name, n.id, at, true)
+			v := versionOf(&res.DirAttr.Attr)
+			r.dirVer = &v // each caller records the name with the node it holds
 		} else {
 			delete(dir.names, name)
 		}
@@ -369,7 +396,7 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 		return r, nil
 	})
 	if err != nil {
-		if err == nfs3.ErrNoEnt && fs.opts.LookupCache == LookupCacheAll && !fs.opts.NoAC {
+		if proto.ErrnoOf(err) == syscall.ENOENT && fs.opts.LookupCache == LookupCacheAll && !fs.opts.NoAC {
 			return Entry{EntryTTL: fs.opts.NegTimeo}, err, false
 		}
 		return Entry{}, err, false
@@ -388,11 +415,20 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 		fs.nodes.forget(n.id, 1)
 		return Entry{}, err, false
 	}
-	if a.Type == nfs3.TypeDir {
-		n.mu.Lock()
-		n.parent, n.name = dir.id, name
-		n.mu.Unlock()
+	n.mu.Lock()
+	n.parent = dir.id
+	if a.Type == proto.TypeDir {
+		n.name = name
 	}
+	n.mu.Unlock()
+	// The name leads to the node the kernel now holds. (Recorded with a
+	// node made only for the recording, it led to a node gone from the
+	// table by then: the name's next lookup was a LOOKUP again.)
+	dir.mu.Lock()
+	if r.dirVer != nil && dir.namesValidLocked() && dir.nameVer == *r.dirVer {
+		fs.setNameLocked(dir, name, n.id, r.at, true)
+	}
+	dir.mu.Unlock()
 	return fs.entryFor(n, &a, dir), nil, false
 }
 
@@ -423,10 +459,9 @@ func (fs *FS) childForUnlink(ctx context.Context, c *Cred, dir *inode, name stri
 	if !anyOpen {
 		return nil
 	}
-	var res nfs3.LookupRes
-	args := nfs3.LookupArgs{What: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}}
-	if err := fs.call(ctx, c, nfs3.ProcLookup, &args, &res); err != nil || res.Status != nfs3.OK {
+	res, err := fs.srv.Lookup(ctx, c, dir.fh, name)
+	if err != nil || res.Status != nil {
 		return nil
 	}
-	return fs.nodes.lookupFH(res.Obj)
+	return fs.nodes.lookupFH(res.FH)
 }

@@ -5,12 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"strconv"
 	"syscall"
 	"time"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // Entry is the result of a name lookup or creation.
@@ -42,6 +41,13 @@ func (fs *FS) GetAttr(ctx context.Context, c *Cred, id NodeID) (Attr, time.Durat
 	a, ttl, ok := n.cachedAttrLocked(now)
 	n.mu.Unlock()
 	if !ok {
+		// Expired: from a READDIRPLUS pass of its directory if one is
+		// under way or due (bulk.go), else by GETATTR.
+		if a, ttl, ok, err = fs.attrFromRefresh(ctx, c, n); err != nil {
+			return Attr{}, 0, err
+		}
+	}
+	if !ok {
 		if a, ttl, err = fs.getattrRPC(ctx, c, n); err != nil {
 			return Attr{}, 0, err
 		}
@@ -51,25 +57,25 @@ func (fs *FS) GetAttr(ctx context.Context, c *Cred, id NodeID) (Attr, time.Durat
 
 // getattrRPC asks the server for a node's attributes and caches them.
 // Concurrent calls for one node share one GETATTR.
-func (fs *FS) getattrRPC(ctx context.Context, c *Cred, n *inode) (nfs3.Fattr, time.Duration, error) {
+func (fs *FS) getattrRPC(ctx context.Context, c *Cred, n *inode) (proto.Attr, time.Duration, error) {
 	return fs.getattrShared(ctx, c, n, false)
 }
 
 // getattrShared is getattrRPC; a fresh caller (close-to-open) joins no
 // GETATTR sent before it came, which could miss a change made just before
 // the open.
-func (fs *FS) getattrShared(ctx context.Context, c *Cred, n *inode, fresh bool) (nfs3.Fattr, time.Duration, error) {
+func (fs *FS) getattrShared(ctx context.Context, c *Cred, n *inode, fresh bool) (proto.Attr, time.Duration, error) {
 	key := "g" + strconv.FormatUint(uint64(n.id), 10)
 	if fs.opts.NoAC {
 		key = ""
 	}
 	v, err := fs.flightOrCall(ctx, key, fresh, func() (any, error) {
-		var res nfs3.GetattrRes
 		at := fs.now()
-		if err := fs.call(ctx, c, nfs3.ProcGetattr, &nfs3.GetattrArgs{Obj: n.fh}, &res); err != nil {
+		res, err := fs.srv.GetAttr(ctx, c, n.fh)
+		if err != nil {
 			return nil, err
 		}
-		if res.Status != nfs3.OK {
+		if res.Status != nil {
 			fs.noteStale(n, res.Status)
 			return nil, res.Status
 		}
@@ -79,7 +85,7 @@ func (fs *FS) getattrShared(ctx context.Context, c *Cred, n *inode, fresh bool) 
 		return &res.Attr, nil
 	})
 	if err != nil {
-		return nfs3.Fattr{}, 0, err
+		return proto.Attr{}, 0, err
 	}
 	// What the node now holds, not the reply: the reply may be older than
 	// what the node learnt meanwhile (a WRITE's reply), or than the call a
@@ -87,7 +93,7 @@ func (fs *FS) getattrShared(ctx context.Context, c *Cred, n *inode, fresh bool) 
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.attrValid {
-		return *v.(*nfs3.Fattr), 0, nil
+		return *v.(*proto.Attr), 0, nil
 	}
 	_, left, _ := n.cachedAttrLocked(fs.now())
 	return n.attr, left, nil
@@ -95,8 +101,9 @@ func (fs *FS) getattrShared(ctx context.Context, c *Cred, n *inode, fresh bool) 
 
 // noteStale marks a node whose handle the server no longer knows, so that
 // no cached name leads to it again (the next lookup asks the server).
-func (fs *FS) noteStale(n *inode, st nfs3.Status) {
-	if st == nfs3.ErrStale || st == nfs3.ErrBadHandle {
+// (v3: NFS3ERR_STALE and NFS3ERR_BADHANDLE, both ESTALE.)
+func (fs *FS) noteStale(n *inode, st error) {
+	if proto.ErrnoOf(st) == syscall.ESTALE {
 		fs.nodes.markStale(n)
 	}
 }
@@ -104,16 +111,17 @@ func (fs *FS) noteStale(n *inode, st nfs3.Status) {
 // localAttr converts attributes for the kernel, accounting for what was
 // done here and not yet sent: the file is as large as its dirty data
 // reaches, and has the times held for that data.
-func (fs *FS) localAttr(n *inode, a *nfs3.Fattr) Attr {
-	out := attrFromNFS(a)
+func (fs *FS) localAttr(n *inode, a *proto.Attr) Attr {
+	out := attrFromProto(a)
 	fs.wb.localAttrs(n, &out)
+	fs.dirTimesShown(n, &out)
 	return out
 }
 
 // entryFor builds the kernel's entry for node n (already referenced). The
 // timeouts are what is left of our own cache lifetimes, so the kernel never
 // trusts a fact longer than we would.
-func (fs *FS) entryFor(n *inode, a *nfs3.Fattr, dir *inode) Entry {
+func (fs *FS) entryFor(n *inode, a *proto.Attr, dir *inode) Entry {
 	now := fs.now()
 	return Entry{Node: n.id, Attr: fs.localAttr(n, a), EntryTTL: dir.attrLeft(now), AttrTTL: n.attrLeft(now)}
 }
@@ -137,7 +145,7 @@ func (fs *FS) refEntry(ctx context.Context, c *Cred, n, dir *inode) (Entry, erro
 }
 
 // attrOrFetch returns the node's cached attributes if valid, else fetches.
-func (fs *FS) attrOrFetch(ctx context.Context, c *Cred, n *inode) (nfs3.Fattr, error) {
+func (fs *FS) attrOrFetch(ctx context.Context, c *Cred, n *inode) (proto.Attr, error) {
 	n.mu.Lock()
 	a, _, ok := n.cachedAttrLocked(fs.now())
 	n.mu.Unlock()
@@ -166,12 +174,13 @@ type SetTime struct {
 	Time Timespec
 }
 
-// fits reports whether NFSv3 can carry the time: nfstime3 seconds are
-// unsigned 32 bits, so nothing before 1970 or from 2106 on. Anything else
-// would be stored as another time (2^32 as 1970), so it is refused with
-// EOVERFLOW, as the C library refuses times a 32-bit time_t cannot hold.
-func (t SetTime) fits() bool {
-	return t.How != TimeSet || (t.Time.Sec >= 0 && t.Time.Sec <= math.MaxUint32)
+// fits reports whether the protocol can carry the time (NFSv3: nfstime3
+// seconds are unsigned 32 bits, so nothing before 1970 or from 2106 on).
+// Anything else would be stored as another time (2^32 as 1970), so it is
+// refused with EOVERFLOW, as the C library refuses times a 32-bit time_t
+// cannot hold.
+func (t SetTime) fits(l proto.Limits) bool {
+	return t.How != TimeSet || l.TimeFits(t.Time.Sec)
 }
 
 // SetAttrIn says which attributes to change.
@@ -193,21 +202,21 @@ type SetAttrIn struct {
 	KillSetID bool
 }
 
-func (in *SetAttrIn) sattr() nfs3.Sattr {
-	s := nfs3.Sattr{
+func (in *SetAttrIn) sattr() proto.SetAttrs {
+	s := proto.SetAttrs{
 		SetMode: in.SetMode, Mode: in.Mode & 07777,
 		SetUID: in.SetUID, UID: in.UID,
 		SetGID: in.SetGID, GID: in.GID,
 		SetSize: in.SetSize, Size: in.Size,
 	}
-	conv := func(t SetTime) nfs3.SetTime {
+	conv := func(t SetTime) proto.SetTime {
 		switch t.How {
 		case TimeNow:
-			return nfs3.SetTime{How: nfs3.SetToServerTime}
+			return proto.SetTime{How: proto.SetToServerTime}
 		case TimeSet:
-			return nfs3.SetTime{How: nfs3.SetToClientTime, Time: nfs3.Time{Seconds: uint32(t.Time.Sec), Nseconds: t.Time.Nsec}}
+			return proto.SetTime{How: proto.SetToClientTime, Time: proto.Time{Sec: t.Time.Sec, Nsec: t.Time.Nsec}}
 		}
-		return nfs3.SetTime{How: nfs3.DontChange}
+		return proto.SetTime{How: proto.DontChange}
 	}
 	s.Atime, s.Mtime = conv(in.Atime), conv(in.Mtime)
 	return s
@@ -222,10 +231,10 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	if err != nil {
 		return Attr{}, 0, err
 	}
-	if !in.Atime.fits() || !in.Mtime.fits() {
+	if !in.Atime.fits(fs.limits) || !in.Mtime.fits(fs.limits) {
 		return Attr{}, 0, syscall.EOVERFLOW
 	}
-	if fs.dropNoops(n, &in) || in.timesOnly() && fs.wb.holdTimes(n, c, &in) {
+	if fs.dropNoops(n, &in) || in.timesOnly() && (fs.wb.holdTimes(n, c, &in) || fs.holdDirTimes(n, c, &in)) {
 		// Nothing would change, or nothing yet: answer from the cache
 		// (valid either way, if maybe past its lifetime), send nothing.
 		n.mu.Lock()
@@ -236,33 +245,35 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 		n.mu.Unlock()
 		return fs.localAttr(n, &a), left, nil
 	}
-	held := fs.wb.takeTimes(n)
+	held, dirHeld := fs.wb.takeTimes(n), fs.takeDirTimes(n)
 	in.mergeHeld(held)
+	in.mergeHeld(dirHeld)
 	if in.SetSize || in.Atime.How != TimeOmit || in.Mtime.How != TimeOmit {
 		// Never abandoned half-way (see await): the data would be lost.
 		flush := func(ctx context.Context) error { return fs.wb.flushOrdered(ctx, n) }
 		if err := fs.await(ctx, flush); err != nil {
 			fs.wb.restoreTimes(n, held)
+			fs.restoreDirTimes(n, dirHeld)
 			return Attr{}, 0, err
 		}
 	}
 	a, ttl, err := fs.setattrRPC(ctx, c, n, in)
 	if err != nil {
 		fs.wb.restoreTimes(n, held)
+		fs.restoreDirTimes(n, dirHeld)
 	}
 	return a, ttl, err
 }
 
 // setattrRPC sends one SETATTR and caches its result.
 func (fs *FS) setattrRPC(ctx context.Context, c *Cred, n *inode, in SetAttrIn) (Attr, time.Duration, error) {
-	args := nfs3.SetattrArgs{Obj: n.fh, Attr: in.sattr()}
-	var res nfs3.SetattrRes
 	at := fs.now()
-	if err := fs.call(ctx, c, nfs3.ProcSetattr, &args, &res); err != nil {
+	res, err := fs.srv.SetAttr(ctx, c, n.fh, in.sattr())
+	if err != nil {
 		return Attr{}, 0, err
 	}
 	fs.applyWcc(n, &res.Wcc, at, false)
-	if res.Status != nfs3.OK {
+	if res.Status != nil {
 		fs.noteStale(n, res.Status)
 		return Attr{}, 0, res.Status
 	}
@@ -294,7 +305,7 @@ func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
 	}
 	// Locally a chown or truncation clears set-id bits even when it
 	// changes nothing else; the server does it when asked.
-	kills := in.KillSetID && a.Type == nfs3.TypeReg && a.Mode&(syscall.S_ISUID|syscall.S_ISGID) != 0
+	kills := in.KillSetID && a.Type == proto.TypeReg && a.Mode&(syscall.S_ISUID|syscall.S_ISGID) != 0
 	if in.SetUID && in.UID == a.UID && !kills {
 		in.SetUID = false
 	}
@@ -311,30 +322,31 @@ func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
 // finishCreate turns the reply of CREATE, MKDIR, SYMLINK or MKNOD into a
 // referenced node, asking for the handle or attributes if the server left
 // them out, as RFC 1813 allows.
-func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string, res *nfs3.CreateRes, at time.Time) (Entry, error) {
-	fs.applyDirOpWcc(dir, &res.DirWcc, at, res.Status, name, nfs3.ErrExist)
-	if res.Status != nfs3.OK {
+func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string, res *proto.CreateRes, at time.Time) (Entry, error) {
+	fs.applyDirOpWcc(dir, &res.DirWcc, at, res.Status, name, syscall.EEXIST)
+	if res.Status != nil {
 		// A directory another client removed: its name must stop leading
 		// here, or the kernel's retry of the create (a fresh walk of the
 		// path) would be handed the same dead directory again.
 		fs.noteStale(dir, res.Status)
 		return Entry{}, res.Status
 	}
-	if !res.Obj.Present || !usableFH(res.Obj.FH) {
+	if !res.FH.Present || !fs.usableFH(res.FH.FH) {
 		return fs.Lookup(ctx, c, dir.id, name)
 	}
-	n := fs.nodes.ref(res.Obj.FH)
-	fs.applyAttr(n, &res.ObjAttr, at)
+	n := fs.nodes.ref(res.FH.FH)
+	fs.applyAttr(n, &res.Attr, at)
 	a, err := fs.attrOrFetch(ctx, c, n)
 	if err != nil {
 		fs.nodes.forget(n.id, 1)
 		return Entry{}, err
 	}
 	n.mu.Lock()
-	if a.Type == nfs3.TypeDir {
-		n.parent, n.name = dir.id, name
+	n.parent = dir.id
+	if a.Type == proto.TypeDir {
+		n.name = name
 		// Made just now: empty in the version the reply shows.
-		if res.ObjAttr.Present && versionOf(&res.ObjAttr.Attr) == versionOf(&a) {
+		if res.Attr.Present && versionOf(&res.Attr.Attr) == versionOf(&a) {
 			fs.madeEmptyLocked(n)
 		}
 	}
@@ -348,7 +360,7 @@ func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string
 // we will write, nothing cached to distrust.
 //
 // LOCKS_REQUIRED(n.mu)
-func newFileLocked(n *inode, a *nfs3.Fattr) {
+func newFileLocked(n *inode, a *proto.Attr) {
 	n.dataValid, n.dataMtime, n.dataSize = true, a.Mtime, a.Size
 }
 
@@ -361,14 +373,16 @@ func (fs *FS) Mkdir(ctx context.Context, c *Cred, parent NodeID, name string, mo
 	if err != nil {
 		return Entry{}, err
 	}
-	args := nfs3.MkdirArgs{Where: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)},
-		Attr: nfs3.Sattr{SetMode: true, Mode: mode & 07777}}
-	var res nfs3.MkdirRes
-	at := fs.now()
-	if err := fs.call(ctx, c, nfs3.ProcMkdir, &args, &res); err != nil {
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
 		return Entry{}, err
 	}
-	return fs.finishCreate(ctx, c, dir, name, (*nfs3.CreateRes)(&res), at)
+	at := fs.now()
+	res, err := fs.srv.Mkdir(ctx, c, dir.fh, name, proto.SetAttrs{SetMode: true, Mode: mode & 07777})
+	if err != nil {
+		return Entry{}, err
+	}
+	return fs.finishCreate(ctx, c, dir, name, &res, at)
 }
 
 // Symlink creates a symbolic link holding target verbatim.
@@ -380,14 +394,16 @@ func (fs *FS) Symlink(ctx context.Context, c *Cred, parent NodeID, name, target 
 	if err != nil {
 		return Entry{}, err
 	}
-	args := nfs3.SymlinkArgs{Where: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)},
-		Attr: nfs3.Sattr{SetMode: true, Mode: 0777}, Data: []byte(target)}
-	var res nfs3.SymlinkRes
-	at := fs.now()
-	if err := fs.call(ctx, c, nfs3.ProcSymlink, &args, &res); err != nil {
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
 		return Entry{}, err
 	}
-	return fs.finishCreate(ctx, c, dir, name, (*nfs3.CreateRes)(&res), at)
+	at := fs.now()
+	res, err := fs.srv.Symlink(ctx, c, dir.fh, name, target, proto.SetAttrs{SetMode: true, Mode: 0777})
+	if err != nil {
+		return Entry{}, err
+	}
+	return fs.finishCreate(ctx, c, dir, name, &res, at)
 }
 
 // Mknod creates a FIFO, socket or device node; a regular file is created
@@ -400,30 +416,33 @@ func (fs *FS) Mknod(ctx context.Context, c *Cred, parent NodeID, name string, mo
 	if err != nil {
 		return Entry{}, err
 	}
-	var typ nfs3.Ftype
+	var typ proto.FileType
 	switch mode & syscall.S_IFMT {
 	case syscall.S_IFREG, 0:
 		return fs.create(ctx, c, dir, name, mode, false, false)
 	case syscall.S_IFIFO:
-		typ = nfs3.TypeFifo
+		typ = proto.TypeFifo
 	case syscall.S_IFSOCK:
-		typ = nfs3.TypeSock
+		typ = proto.TypeSock
 	case syscall.S_IFCHR:
-		typ = nfs3.TypeChr
+		typ = proto.TypeChr
 	case syscall.S_IFBLK:
-		typ = nfs3.TypeBlk
+		typ = proto.TypeBlk
 	default:
 		return Entry{}, syscall.EINVAL
 	}
-	args := nfs3.MknodArgs{Where: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}, Type: typ,
-		Attr: nfs3.Sattr{SetMode: true, Mode: mode & 07777},
-		Spec: nfs3.SpecData{Major: (rdev >> 8) & 0xfff, Minor: rdev&0xff | (rdev>>12)&0xfff00}}
-	var res nfs3.MknodRes
-	at := fs.now()
-	if err := fs.call(ctx, c, nfs3.ProcMknod, &args, &res); err != nil {
+	// The kernel's dev_t, as major and minor numbers.
+	dev := proto.Device{Major: (rdev >> 8) & 0xfff, Minor: rdev&0xff | (rdev>>12)&0xfff00}
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
 		return Entry{}, err
 	}
-	return fs.finishCreate(ctx, c, dir, name, (*nfs3.CreateRes)(&res), at)
+	at := fs.now()
+	res, err := fs.srv.Mknod(ctx, c, dir.fh, name, typ, proto.SetAttrs{SetMode: true, Mode: mode & 07777}, dev)
+	if err != nil {
+		return Entry{}, err
+	}
+	return fs.finishCreate(ctx, c, dir, name, &res, at)
 }
 
 // create sends CREATE carrying the mode: GUARDED for O_EXCL, UNCHECKED
@@ -433,26 +452,29 @@ func (fs *FS) Mknod(ctx context.Context, c *Cred, parent NodeID, name string, mo
 // a server without a duplicate request cache answers a retransmitted
 // GUARDED CREATE with EEXIST.
 func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode uint32, excl, trunc bool) (Entry, error) {
-	args := nfs3.CreateArgs{Where: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}, Mode: nfs3.Unchecked,
-		Attr: nfs3.Sattr{SetMode: true, Mode: mode & 07777}}
-	var verf nfs3.Time
+	how := proto.CreateHow{Mode: proto.Unchecked, Attrs: proto.SetAttrs{SetMode: true, Mode: mode & 07777}}
+	var verf proto.Time
 	if excl {
 		var err error
 		if verf, err = fs.createVerifier(); err != nil {
 			return Entry{}, err
 		}
-		args.Mode = nfs3.Guarded
-		args.Attr.Atime = nfs3.SetTime{How: nfs3.SetToClientTime, Time: verf}
+		how.Mode = proto.Guarded
+		how.Attrs.Atime = proto.SetTime{How: proto.SetToClientTime, Time: verf}
 	} else if trunc {
-		args.Attr.SetSize, args.Attr.Size = true, 0
+		how.Attrs.SetSize, how.Attrs.Size = true, 0
 	}
-	var res nfs3.CreateRes
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
+		return Entry{}, err
+	}
 	at := fs.now()
-	if err := fs.call(ctx, c, nfs3.ProcCreate, &args, &res); err != nil {
+	res, err := fs.srv.Create(ctx, c, dir.fh, name, how)
+	if err != nil {
 		return Entry{}, err
 	}
 	e, err := fs.finishCreate(ctx, c, dir, name, &res, at)
-	if excl && err == nfs3.ErrExist {
+	if excl && proto.ErrnoOf(err) == syscall.EEXIST {
 		if mine, ok := fs.createdEarlier(ctx, c, dir, name, verf); ok {
 			e, err = mine, nil
 		}
@@ -469,12 +491,12 @@ func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode
 // createVerifier returns the atime a GUARDED CREATE gives its file: now,
 // with random nanoseconds. It is the file's creation time to anyone
 // looking, and 30 random bits to us.
-func (fs *FS) createVerifier() (nfs3.Time, error) {
+func (fs *FS) createVerifier() (proto.Time, error) {
 	var b [4]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return nfs3.Time{}, fmt.Errorf("create verifier: %w", err)
+		return proto.Time{}, fmt.Errorf("create verifier: %w", err)
 	}
-	return nfs3.Time{Seconds: uint32(fs.now().Unix()), Nseconds: binary.BigEndian.Uint32(b[:]) % 1e9}, nil
+	return proto.Time{Sec: fs.now().Unix(), Nsec: binary.BigEndian.Uint32(b[:]) % 1e9}, nil
 }
 
 // createdEarlier handles EEXIST for our GUARDED CREATE of name in dir: if
@@ -482,7 +504,7 @@ func (fs *FS) createVerifier() (nfs3.Time, error) {
 // transmission of the call made it (a server without a duplicate request
 // cache ran it twice), and the create succeeded. It returns the file's
 // entry, referenced, if so.
-func (fs *FS) createdEarlier(ctx context.Context, c *Cred, dir *inode, name string, verf nfs3.Time) (Entry, bool) {
+func (fs *FS) createdEarlier(ctx context.Context, c *Cred, dir *inode, name string, verf proto.Time) (Entry, bool) {
 	// The EEXIST dropped the name from the caches: this asks the server.
 	e, err := fs.Lookup(ctx, c, dir.id, name)
 	if err != nil {
@@ -493,7 +515,7 @@ func (fs *FS) createdEarlier(ctx context.Context, c *Cred, dir *inode, name stri
 		return Entry{}, false
 	}
 	n.mu.Lock()
-	ours := n.attrValid && n.attr.Type == nfs3.TypeReg && n.attr.Atime == verf
+	ours := n.attrValid && n.attr.Type == proto.TypeReg && n.attr.Atime == verf
 	if ours {
 		newFileLocked(n, &n.attr)
 	}
@@ -517,19 +539,19 @@ func (fs *FS) Readlink(ctx context.Context, c *Cred, id NodeID) ([]byte, error) 
 	if err != nil {
 		return nil, err
 	}
-	var res nfs3.ReadlinkRes
 	at := fs.now()
-	if err := fs.call(ctx, c, nfs3.ProcReadlink, &nfs3.ReadlinkArgs{Symlink: n.fh}, &res); err != nil {
+	res, err := fs.srv.Readlink(ctx, c, n.fh)
+	if err != nil {
 		return nil, err
 	}
-	fs.applyAttr(n, &res.SymlinkAttr, at)
-	if res.Status != nfs3.OK {
+	fs.applyAttr(n, &res.Attr, at)
+	if res.Status != nil {
 		return nil, res.Status
 	}
-	if len(res.Data) >= pathMax {
+	if len(res.Target) >= pathMax {
 		return nil, syscall.ENAMETOOLONG // the kernel would cut it short
 	}
-	return append([]byte(nil), res.Data...), nil
+	return append([]byte(nil), res.Target...), nil
 }
 
 // Link makes newName in newParent another name of node id.
@@ -545,18 +567,21 @@ func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName s
 	if err != nil {
 		return Entry{}, err
 	}
-	args := nfs3.LinkArgs{File: n.fh, Link: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(newName)}}
-	var res nfs3.LinkRes
-	at := fs.now()
-	if err := fs.call(ctx, c, nfs3.ProcLink, &args, &res); err != nil {
+	// A name changes: held times go first (dirtimes.go).
+	if err := fs.sendDirTimes(ctx, dir); err != nil {
 		return Entry{}, err
 	}
-	fs.applyDirOpWcc(dir, &res.LinkDirWcc, at, res.Status, newName, nfs3.ErrExist)
-	fs.applyAttr(n, &res.FileAttr, at)
-	if !res.FileAttr.Present {
+	at := fs.now()
+	res, err := fs.srv.Link(ctx, c, n.fh, dir.fh, newName)
+	if err != nil {
+		return Entry{}, err
+	}
+	fs.applyDirOpWcc(dir, &res.DirWcc, at, res.Status, newName, syscall.EEXIST)
+	fs.applyAttr(n, &res.Attr, at)
+	if !res.Attr.Present {
 		fs.invalidateAttr(n) // nlink and ctime changed
 	}
-	if res.Status != nfs3.OK {
+	if res.Status != nil {
 		return Entry{}, res.Status
 	}
 	a, err := fs.attrOrFetch(ctx, c, n)
@@ -566,188 +591,6 @@ func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName s
 	fs.nodes.ref(n.fh)
 	fs.changeName(dir, newName, n, at)
 	return fs.entryFor(n, &a, dir), nil
-}
-
-// Unlink removes a name. A file still open here is renamed to a hidden
-// name instead and removed at its last close, so its open descriptors keep
-// working, as kernel NFS clients do.
-func (fs *FS) Unlink(ctx context.Context, c *Cred, parent NodeID, name string) error {
-	if err := fs.checkName(name); err != nil {
-		return err
-	}
-	dir, err := fs.node(parent)
-	if err != nil {
-		return err
-	}
-	if child := fs.childForUnlink(ctx, c, dir, name); child != nil && fs.nodes.openCount(child) > 0 {
-		return fs.sillyRename(ctx, c, dir, name, child)
-	}
-	return fs.remove(ctx, c, dir, name, nfs3.ProcRemove)
-}
-
-// Rmdir removes an empty directory.
-func (fs *FS) Rmdir(ctx context.Context, c *Cred, parent NodeID, name string) error {
-	if err := fs.checkName(name); err != nil {
-		return err
-	}
-	dir, err := fs.node(parent)
-	if err != nil {
-		return err
-	}
-	return fs.remove(ctx, c, dir, name, nfs3.ProcRmdir)
-}
-
-func (fs *FS) remove(ctx context.Context, c *Cred, dir *inode, name string, proc uint32) error {
-	args := nfs3.RemoveArgs{Obj: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}}
-	var res nfs3.RemoveRes
-	at := fs.now()
-	if err := fs.call(ctx, c, proc, &args, &res); err != nil {
-		return err
-	}
-	fs.applyDirOpWcc(dir, &res.DirWcc, at, res.Status, name, nfs3.ErrNoEnt)
-	if res.Status != nfs3.OK {
-		fs.noteStale(dir, res.Status)
-		if proc == nfs3.ProcRmdir && notEmpty(res.Status) {
-			fs.distrustEmpty(ctx, c, dir, name)
-		}
-		return res.Status
-	}
-	if child := fs.knownChild(dir, name); child != nil {
-		fs.invalidateAttr(child) // nlink and ctime changed
-	}
-	fs.changeName(dir, name, nil, at)
-	return nil
-}
-
-// notEmpty reports whether st is the server's "directory not empty"
-// (RFC 1813 allows NFS3ERR_EXIST for it too).
-func notEmpty(st nfs3.Status) bool { return st == nfs3.ErrNotEmpty || st == nfs3.ErrExist }
-
-// distrustEmpty handles the server's word that directory name in dir is
-// not empty: what our caches say of its contents may be a listing from
-// before another client added to it, kept fresh by our own removals (each
-// REMOVE's wcc data vouches only for the change it made). Unless the
-// caches stop answering for it, rm -rf would list nothing, try rmdir again,
-// and loop until the attributes expire.
-func (fs *FS) distrustEmpty(ctx context.Context, c *Cred, dir *inode, name string) {
-	child := fs.knownChild(dir, name)
-	if child == nil {
-		// Not in the name cache: the node may still be known (the kernel
-		// holds it) with a listing of its own.
-		var res nfs3.LookupRes
-		args := nfs3.LookupArgs{What: nfs3.DirOpArgs{Dir: dir.fh, Name: []byte(name)}}
-		if err := fs.call(ctx, c, nfs3.ProcLookup, &args, &res); err != nil || res.Status != nfs3.OK {
-			return
-		}
-		if child = fs.nodes.lookupFH(res.Obj); child == nil {
-			return // never seen: nothing cached to distrust
-		}
-	}
-	child.mu.Lock()
-	fs.dropAbsentLocked(child)
-	child.attrValid = false // the next listing starts with a GETATTR
-	child.mu.Unlock()
-}
-
-// sillyRename hides an open file under a unique name in the same directory.
-func (fs *FS) sillyRename(ctx context.Context, c *Cred, dir *inode, name string, child *inode) error {
-	fs.sillyMu.Lock()
-	fs.sillySeq++
-	seq := fs.sillySeq
-	fs.sillyMu.Unlock()
-	child.mu.Lock()
-	fileid := child.attr.Fileid
-	child.mu.Unlock()
-	hidden := fmt.Sprintf(".nfs%016x%08x", fileid, seq)
-	if err := fs.rename(ctx, c, dir, name, dir, hidden); err != nil {
-		return err
-	}
-	child.mu.Lock()
-	child.sillyDir, child.sillyName = dir.id, hidden
-	child.mu.Unlock()
-	if fs.nodes.openCount(child) > 0 {
-		return nil
-	}
-	// The last close came while the file was being hidden (the kernel
-	// sends RELEASE after close returns, so a file closed just before
-	// its unlink is often still open here): it found no hidden name to
-	// remove, so remove it now, unless a close took it meanwhile.
-	child.mu.Lock()
-	hidden = child.sillyName
-	child.sillyDir, child.sillyName = 0, ""
-	child.mu.Unlock()
-	if hidden == "" {
-		return nil
-	}
-	return fs.remove(ctx, c, dir, hidden, nfs3.ProcRemove)
-}
-
-// Rename renames oldName in oldParent to newName in newParent, replacing
-// what newName named. A replaced file that is open here is first hidden,
-// so its open descriptors keep working.
-func (fs *FS) Rename(ctx context.Context, c *Cred, oldParent NodeID, oldName string, newParent NodeID, newName string) error {
-	if err := fs.checkName(oldName); err != nil {
-		return err
-	}
-	if err := fs.checkName(newName); err != nil {
-		return err
-	}
-	from, err := fs.node(oldParent)
-	if err != nil {
-		return err
-	}
-	to, err := fs.node(newParent)
-	if err != nil {
-		return err
-	}
-	if victim := fs.childForUnlink(ctx, c, to, newName); victim != nil && fs.nodes.openCount(victim) > 0 {
-		if moved := fs.knownChild(from, oldName); moved != victim {
-			if err := fs.sillyRename(ctx, c, to, newName, victim); err != nil {
-				return err
-			}
-		}
-	}
-	return fs.rename(ctx, c, from, oldName, to, newName)
-}
-
-func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, to *inode, newName string) error {
-	args := nfs3.RenameArgs{From: nfs3.DirOpArgs{Dir: from.fh, Name: []byte(oldName)},
-		To: nfs3.DirOpArgs{Dir: to.fh, Name: []byte(newName)}}
-	var res nfs3.RenameRes
-	at := fs.now()
-	if err := fs.call(ctx, c, nfs3.ProcRename, &args, &res); err != nil {
-		return err
-	}
-	fs.applyDirOpWcc(from, &res.FromDirWcc, at, res.Status, oldName, nfs3.ErrNoEnt)
-	if to != from {
-		fs.applyDirOpWcc(to, &res.ToDirWcc, at, res.Status, "", 0)
-	}
-	if res.Status != nfs3.OK {
-		if from == to {
-			fs.noteStale(from, res.Status) // with two directories, which one is unknown
-		}
-		return res.Status
-	}
-	moved := fs.knownChild(from, oldName)
-	if victim := fs.knownChild(to, newName); victim != nil && victim != moved {
-		fs.invalidateAttr(victim)
-	}
-	fs.changeName(from, oldName, nil, at)
-	if moved != nil {
-		fs.invalidateAttr(moved) // ctime changed
-		moved.mu.Lock()
-		if moved.attr.Type == nfs3.TypeDir {
-			moved.parent, moved.name = to.id, newName
-		}
-		moved.mu.Unlock()
-		fs.changeName(to, newName, moved, at)
-	} else {
-		to.mu.Lock()
-		delete(to.names, newName)
-		to.list = nil // a name we cannot describe arrived
-		to.mu.Unlock()
-	}
-	return nil
 }
 
 // StatFS is a file system's capacity, as statfs(2) reports it.
@@ -764,13 +607,13 @@ func (fs *FS) StatFS(ctx context.Context, c *Cred, id NodeID) (StatFS, error) {
 	if err != nil {
 		return StatFS{}, err
 	}
-	var res nfs3.FsstatRes
 	at := fs.now()
-	if err := fs.call(ctx, c, nfs3.ProcFsstat, &nfs3.FsstatArgs{Root: n.fh}, &res); err != nil {
+	res, err := fs.srv.FsStat(ctx, c, n.fh)
+	if err != nil {
 		return StatFS{}, err
 	}
-	fs.applyAttr(n, &res.ObjAttr, at)
-	if res.Status != nfs3.OK {
+	fs.applyAttr(n, &res.Attr, at)
+	if res.Status != nil {
 		return StatFS{}, res.Status
 	}
 	const bsize = 4096

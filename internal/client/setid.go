@@ -5,7 +5,7 @@ import (
 	"slices"
 	"syscall"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // Set-user-ID and set-group-ID bits are cleared by writes and truncations
@@ -21,8 +21,8 @@ import (
 // CAP_FSETID, clears set-id bits of a file with attributes a, by Linux's
 // rule: set-user-ID always; set-group-ID if group execute is set or c is not
 // in the file's group.
-func clearsSetID(a *nfs3.Fattr, c *Cred) bool {
-	if a.Type != nfs3.TypeReg {
+func clearsSetID(a *proto.Attr, c *Cred) bool {
+	if a.Type != proto.TypeReg {
 		return false
 	}
 	if a.Mode&syscall.S_ISUID != 0 {
@@ -52,7 +52,7 @@ func (fs *FS) ClearSetIDAfterWrite(ctx context.Context, c *Cred, fh uint64) erro
 		return nil
 	}
 	// Never abandoned half-way (see await): the data would be lost.
-	if err := fs.await(ctx, func(ctx context.Context) error { return fs.wb.flush(ctx, n, nfs3.Unstable) }); err != nil {
+	if err := fs.await(ctx, func(ctx context.Context) error { return fs.wb.flush(ctx, n, proto.Unstable) }); err != nil {
 		return err
 	}
 	return of.takeErr()

@@ -8,8 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"hushfs/internal/nfs3"
-	"hushfs/internal/rpc"
+	"hushfs/internal/proto"
 )
 
 // OpStats are one procedure's counters, the fields of a mountstats per-op
@@ -26,7 +25,7 @@ type OpStats struct {
 	Execute       time.Duration `json:"execute_ns"`
 }
 
-func (s *OpStats) add(c *rpc.CallStats) {
+func (s *OpStats) add(c *proto.CallStats) {
 	s.Ops++
 	s.Transmissions += uint64(c.Transmissions)
 	s.Timeouts += uint64(c.Timeouts)
@@ -75,8 +74,8 @@ func originOf(ctx context.Context) string {
 	return "internal"
 }
 
-// countOrigin records one NFS call of proc made for origin.
-func (s *Stats) countOrigin(origin string, proc uint32) {
+// countOrigin records one NFS call of the procedure name made for origin.
+func (s *Stats) countOrigin(origin string, name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.origins[origin]
@@ -84,19 +83,7 @@ func (s *Stats) countOrigin(origin string, proc uint32) {
 		m = map[string]uint64{}
 		s.origins[origin] = m
 	}
-	m[nfs3.ProcName(proc)]++
-}
-
-func procKey(prog, vers, proc uint32) string {
-	switch prog {
-	case nfs3.Program:
-		return nfs3.ProcName(proc)
-	case nfs3.MountProgram:
-		return "MOUNT:" + nfs3.MountProcName(proc)
-	case rpc.PortmapProgram:
-		return "PORTMAP:" + map[uint32]string{3: "GETPORT"}[proc]
-	}
-	return "OTHER"
+	m[name]++
 }
 
 // countResend records one COMMIT that found bytes acknowledged under
@@ -108,9 +95,10 @@ func (s *Stats) countResend(bytes uint64) {
 	s.resends.Bytes += bytes
 }
 
-// observe is the RPC client's per-call hook.
-func (s *Stats) observe(c *rpc.CallStats) {
-	key := procKey(c.Prog, c.Vers, c.Proc)
+// observe is the protocol's per-call hook. Calls are counted under the
+// names the protocol gives them (GETATTR, MOUNT:MNT, ...).
+func (s *Stats) observe(c *proto.CallStats) {
+	key := c.Name
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o := s.ops[key]

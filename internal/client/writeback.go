@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 )
 
 // Write-back: data written by applications is kept per file as dirty
@@ -69,7 +69,7 @@ type queuedChunk struct {
 
 type uncommitted struct {
 	extent
-	verf nfs3.Verf
+	verf proto.Verf
 }
 
 // writeback holds the mount-wide write-back state.
@@ -151,7 +151,7 @@ func (w *writeback) flushAged(ctx context.Context) {
 			st.times != nil && now.Sub(st.times.at) >= dirtyExpire) && !now.Before(st.retryAt)
 		st.mu.Unlock()
 		if aged {
-			if err := w.flush(ctx, n, nfs3.FileSync); err != nil {
+			if err := w.flush(ctx, n, proto.FileSync); err != nil {
 				w.fs.logf("hushfs: write-back of aged data of node %d: %v", n.id, err)
 			}
 		}
@@ -214,7 +214,7 @@ func (w *writeback) dirtyEnd(n *inode) uint64 {
 
 // write records data written at off. It returns a pending write-back error
 // not yet seen by this descriptor instead, so that no error is lost.
-func (w *writeback) write(ctx context.Context, of *openFile, c *Cred, off uint64, p []byte, stable nfs3.StableHow) error {
+func (w *writeback) write(ctx context.Context, of *openFile, c *Cred, off uint64, p []byte, stable proto.Stable) error {
 	n := of.node
 	base := w.fs.dataSnapshot(n)
 	st := w.state(n)
@@ -239,7 +239,7 @@ func (w *writeback) write(ctx context.Context, of *openFile, c *Cred, off uint64
 	// large sequential write is pipelined while the last chunk stays behind
 	// for close (where a file that fits in one WRITE goes out FILE_SYNC).
 	start := 0
-	if stable == nfs3.Unstable {
+	if stable == proto.Unstable {
 		for _, c := range st.takeStreamLocked(uint64(w.fs.wsize)) {
 			st.queue = append(st.queue, queuedChunk{w.fs.detach(ctx), c})
 		}
@@ -250,7 +250,7 @@ func (w *writeback) write(ctx context.Context, of *openFile, c *Cred, off uint64
 	w.account(grown)
 	// Write-back started for this writer is never abandoned if the writer
 	// gives up: an abandoned WRITE would drop the data (see await).
-	if stable != nfs3.Unstable {
+	if stable != proto.Unstable {
 		return w.fs.await(ctx, func(ctx context.Context) error { return w.flush(ctx, n, stable) })
 	}
 	for range start {
@@ -275,7 +275,7 @@ func (w *writeback) stream(n *inode, st *fileState) {
 		st.queue[0] = queuedChunk{}
 		st.queue = st.queue[1:]
 		st.mu.Unlock()
-		w.sendOne(q.ctx, n, st, q.c, nfs3.Unstable)
+		w.sendOne(q.ctx, n, st, q.c, proto.Unstable)
 	}
 }
 
@@ -322,18 +322,18 @@ func (w *writeback) throttle(ctx context.Context, n *inode) error {
 	if !over {
 		return nil
 	}
-	return w.fs.await(ctx, func(ctx context.Context) error { return w.flush(ctx, n, nfs3.FileSync) })
+	return w.fs.await(ctx, func(ctx context.Context) error { return w.flush(ctx, n, proto.FileSync) })
 }
 
 // send writes chunks (already moved to st.inflight and counted in
 // st.sending) with the given stability, rpcWindow at a time, and records
 // the results.
-func (w *writeback) send(ctx context.Context, n *inode, st *fileState, chunks []extent, stable nfs3.StableHow) {
+func (w *writeback) send(ctx context.Context, n *inode, st *fileState, chunks []extent, stable proto.Stable) {
 	inWindow(len(chunks), func(i int) { w.sendOne(ctx, n, st, chunks[i], stable) })
 }
 
 // sendOne sends one chunk, resending the remainder of a short write.
-func (w *writeback) sendOne(ctx context.Context, n *inode, st *fileState, c extent, stable nfs3.StableHow) {
+func (w *writeback) sendOne(ctx context.Context, n *inode, st *fileState, c extent, stable proto.Stable) {
 	st.mu.Lock()
 	cred := st.cred
 	st.mu.Unlock()
@@ -342,23 +342,23 @@ func (w *writeback) sendOne(ctx context.Context, n *inode, st *fileState, c exte
 	var acked []uncommitted
 	rest := c
 	for len(rest.data) > 0 {
-		args := nfs3.WriteArgs{File: n.fh, Offset: rest.off, Count: uint32(len(rest.data)), Stable: stable, Data: rest.data}
-		var res nfs3.WriteRes
+		count := uint32(len(rest.data))
 		at := w.fs.now()
-		if err = w.fs.call(ctx, &cred, nfs3.ProcWrite, &args, &res); err != nil {
+		var res proto.WriteRes
+		if res, err = w.fs.srv.Write(ctx, &cred, n.fh, rest.off, rest.data, stable); err != nil {
 			break
 		}
 		w.fs.applyWcc(n, &res.Wcc, at, true)
-		if res.Status != nfs3.OK {
+		if res.Status != nil {
 			err = res.Status
 			break
 		}
-		if res.Count == 0 || res.Count > args.Count {
-			err = fmt.Errorf("WRITE at %d: server wrote %d of %d bytes: %w", rest.off, res.Count, args.Count, nfs3.ErrIO)
+		if res.Count == 0 || res.Count > count {
+			err = fmt.Errorf("WRITE at %d: server wrote %d of %d bytes: %w", rest.off, res.Count, count, proto.ErrIO)
 			break
 		}
 		ack := extent{off: rest.off, data: rest.data[:res.Count]}
-		if res.Committed == nfs3.Unstable {
+		if res.Committed == proto.Unstable {
 			acked = append(acked, uncommitted{extent: ack, verf: res.Verf})
 		}
 		done = append(done, ack)
@@ -419,7 +419,7 @@ func (st *fileState) setErrLocked(err error) {
 // it sends the times held for the data. A file backing off after its write
 // verifier kept changing is not sent before its retry time: the flush
 // fails with EIO (the data is not durable).
-func (w *writeback) flush(ctx context.Context, n *inode, stable nfs3.StableHow) error {
+func (w *writeback) flush(ctx context.Context, n *inode, stable proto.Stable) error {
 	return w.flushFile(ctx, n, stable, false)
 }
 
@@ -427,12 +427,12 @@ func (w *writeback) flush(ctx context.Context, n *inode, stable nfs3.StableHow) 
 // after it: as one FILE_SYNC WRITE when all that is pending fits in one
 // (no COMMIT needed later), else UNSTABLE, committed later as usual.
 func (w *writeback) flushOrdered(ctx context.Context, n *inode) error {
-	return w.flushData(ctx, n, nfs3.FileSync, false, false)
+	return w.flushData(ctx, n, proto.FileSync, false, false)
 }
 
 // flushFile is flush; atUnmount makes a file backing off try once more now.
-func (w *writeback) flushFile(ctx context.Context, n *inode, stable nfs3.StableHow, atUnmount bool) error {
-	durable := stable != nfs3.Unstable
+func (w *writeback) flushFile(ctx context.Context, n *inode, stable proto.Stable, atUnmount bool) error {
+	durable := stable != proto.Unstable
 	if err := w.flushData(ctx, n, stable, atUnmount, durable); err != nil || !durable {
 		return err
 	}
@@ -442,7 +442,7 @@ func (w *writeback) flushFile(ctx context.Context, n *inode, stable nfs3.StableH
 // flushData sends n's dirty data with stable (UNSTABLE where more than one
 // WRITE is needed, or unstable data waits for a COMMIT anyway) and, with
 // commit, makes it all durable.
-func (w *writeback) flushData(ctx context.Context, n *inode, stable nfs3.StableHow, atUnmount, commit bool) error {
+func (w *writeback) flushData(ctx context.Context, n *inode, stable proto.Stable, atUnmount, commit bool) error {
 	st := peek(n)
 	if st == nil {
 		return nil
@@ -455,7 +455,7 @@ func (w *writeback) flushData(ctx context.Context, n *inode, stable nfs3.StableH
 			if now.Before(st.retryAt) && !atUnmount {
 				at := st.retryAt
 				st.mu.Unlock()
-				return fmt.Errorf("write-back held since the server's write verifier kept changing; next retry in %v: %w", at.Sub(now).Round(time.Second), nfs3.ErrIO)
+				return fmt.Errorf("write-back held since the server's write verifier kept changing; next retry in %v: %w", at.Sub(now).Round(time.Second), proto.ErrIO)
 			}
 			// This is the retry: one round, and no other starts meanwhile.
 			retries = 0
@@ -476,8 +476,8 @@ func (w *writeback) flushData(ctx context.Context, n *inode, stable nfs3.StableH
 		w.fillGapsLocked(st, gen)
 		st.dirty.trim()
 		chunks := st.dirty.chunks(int(w.fs.wsize))
-		mode := nfs3.Unstable
-		if stable != nfs3.Unstable && len(chunks) == 1 && len(st.unstable) == 0 {
+		mode := proto.Unstable
+		if stable != proto.Unstable && len(chunks) == 1 && len(st.unstable) == 0 {
 			mode = stable // one WRITE does it all: no COMMIT needed
 		}
 		st.inflight = append(st.inflight, chunks...)
@@ -519,7 +519,7 @@ func (w *writeback) flushData(ctx context.Context, n *inode, stable nfs3.StableH
 // descriptor open; a failed retry only to the flush that made it (a close
 // while it is held fails anyway, and one after it is durable must not).
 func (w *writeback) backOff(n *inode, st *fileState, rounds int) error {
-	err := fmt.Errorf("COMMIT: write verifier changed %d times in a row: %w", rounds, nfs3.ErrIO)
+	err := fmt.Errorf("COMMIT: write verifier changed %d times in a row: %w", rounds, proto.ErrIO)
 	st.mu.Lock()
 	if st.retryDelay == 0 {
 		st.setErrLocked(err)
@@ -550,12 +550,11 @@ func (w *writeback) commit(ctx context.Context, n *inode, st *fileState) (resent
 	st.mu.Lock()
 	cred := st.cred
 	st.mu.Unlock()
-	var res nfs3.CommitRes
 	at := w.fs.now()
-	err = w.fs.call(ctx, &cred, nfs3.ProcCommit, &nfs3.CommitArgs{File: n.fh}, &res)
+	res, err := w.fs.srv.Commit(ctx, &cred, n.fh, 0, 0)
 	if err == nil {
 		w.fs.applyWcc(n, &res.Wcc, at, true)
-		if res.Status != nfs3.OK {
+		if res.Status != nil {
 			err = res.Status
 		}
 	}
@@ -642,7 +641,7 @@ func (w *writeback) flushAll(ctx context.Context) error {
 	w.mu.Unlock()
 	var first error
 	for _, n := range files {
-		if err := w.flushFile(ctx, n, nfs3.FileSync, true); err != nil && first == nil {
+		if err := w.flushFile(ctx, n, proto.FileSync, true); err != nil && first == nil {
 			first = err
 		}
 	}

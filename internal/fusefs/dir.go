@@ -19,7 +19,7 @@ func (fs *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 		return status(err)
 	}
 	*out = fuse.OpenOut{Fh: dh}
-	if cache, keep := fs.core.DirCache(dh); cache {
+	if cache, keep := fs.core.DirCache(fs.creds.cred(&in.InHeader), dh); cache {
 		out.OpenFlags |= fuse.FOPEN_CACHE_DIR
 		if keep {
 			out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
@@ -83,9 +83,10 @@ func (fs *FS) ReleaseDir(in *fuse.ReleaseIn) {
 	fs.core.ReleaseDir(in.Fh)
 }
 
-// FsyncDir has nothing to do: directory operations are synchronous on the
-// server (NFSv3 has no unstable directory changes).
+// FsyncDir sends the directory's times if the core holds them for a moment;
+// every other directory operation is synchronous on the server.
 func (fs *FS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	fs.requests.add("fsyncdir")
-	return fuse.OK
+	rc := fs.request(cancel, &in.InHeader, "fsyncdir")
+	defer rc.finish()
+	return status(fs.core.FsyncDir(rc, node(in.NodeId)))
 }

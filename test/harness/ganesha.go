@@ -36,6 +36,12 @@ type GaneshaOptions struct {
 	// NFSv4 serves NFSv4 (without a grace period) besides NFSv3, on the
 	// same port; the export is then also at Pseudo under the v4 pseudo root.
 	NFSv4 bool
+	// LeaseLifetime is the NFSv4 lease in seconds (1 to 120); ganesha's
+	// default (60) when zero.
+	LeaseLifetime int
+	// SlotTableSize is the number of NFSv4.1 fore channel slots ganesha
+	// grants at most (1 to 1024); its default (64) when zero.
+	SlotTableSize int
 }
 
 // Ganesha is a running nfs-ganesha (FSAL VFS, NFSv3 over TCP, and NFSv4
@@ -53,11 +59,13 @@ type Ganesha struct {
 	RPCBindPort int
 
 	nfsv4   bool
+	opts    GaneshaOptions
 	workDir string
 	logPath string
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed once cmd.Wait returned
 	waitErr error         // valid after exited is closed
+	out     *syncBuffer   // the script's output
 }
 
 // StartGanesha starts ganesha in a new namespace and returns once its NFS
@@ -96,11 +104,10 @@ func StartGanesha(t T, opts GaneshaOptions) *Ganesha {
 	ns := NewNetNS(t)
 
 	g := &Ganesha{
-		NS: ns, ExportDir: opts.ExportDir, ExportPath: opts.Pseudo, nfsv4: opts.NFSv4,
+		NS: ns, ExportDir: opts.ExportDir, ExportPath: opts.Pseudo, nfsv4: opts.NFSv4, opts: opts,
 		Addr: "127.0.0.1", NFSPort: GaneshaNFSPort, MountPort: GaneshaMountPort,
 		RPCBindPort: GaneshaRPCBindPort,
 		workDir:     work, logPath: filepath.Join(work, "ganesha.log"),
-		exited: make(chan struct{}),
 	}
 	conf := filepath.Join(work, "ganesha.conf")
 	if err := os.WriteFile(conf, []byte(g.config(plugins)), 0o644); err != nil {
@@ -109,6 +116,33 @@ func StartGanesha(t T, opts GaneshaOptions) *Ganesha {
 	if err := os.MkdirAll(filepath.Join(work, "recovery"), 0o755); err != nil {
 		t.Fatalf("ganesha recovery dir: %v", err)
 	}
+	g.launch(t)
+	t.Cleanup(func() { g.stop(t) })
+	if err := g.waitReady(opts.StartTimeout); err != nil {
+		t.Fatalf("ganesha did not start: %v\nscript output:\n%s\nganesha log tail:\n%s",
+			err, g.out.String(), g.LogTail())
+	}
+	return g
+}
+
+// Restart kills ganesha (SIGKILL: no state is saved beyond what it keeps
+// on disk as it goes) and starts it again in the same namespace with the
+// same configuration, export and recovery directory, as a server that
+// crashed and came back. It returns once ganesha serves again.
+func (g *Ganesha) Restart(t T) {
+	t.Helper()
+	g.stop(t)
+	g.launch(t)
+	if err := g.waitReady(g.opts.StartTimeout); err != nil {
+		t.Fatalf("ganesha did not start again: %v\nscript output:\n%s\nganesha log tail:\n%s",
+			err, g.out.String(), g.LogTail())
+	}
+}
+
+// launch starts the namespace's rpcbind and ganesha.
+func (g *Ganesha) launch(t T) {
+	t.Helper()
+	work, conf := g.workDir, filepath.Join(g.workDir, "ganesha.conf")
 
 	// The script runs with the namespace's network, a private mount
 	// namespace and a private PID namespace. The tmpfs on /run hides the
@@ -136,12 +170,12 @@ while [ ! -S /run/rpcbind.sock ]; do
 done
 exec ganesha.nfsd -F -f "$2" -L "$3" -p "$1/ganesha.pid" -N "$4"
 `
-	g.cmd = exec.Command("nsenter", "--net="+ns.Path, "--",
+	g.cmd = exec.Command("nsenter", "--net="+g.NS.Path, "--",
 		"unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child", "--mount-proc",
-		"sh", "-c", script, "sh", work, conf, g.logPath, opts.LogLevel)
-	var stderr syncBuffer
-	g.cmd.Stdout = &stderr
-	g.cmd.Stderr = &stderr
+		"sh", "-c", script, "sh", work, conf, g.logPath, g.opts.LogLevel)
+	g.out = &syncBuffer{}
+	g.cmd.Stdout = g.out
+	g.cmd.Stderr = g.out
 	// Its own process group, so cleanup reaches unshare, ganesha and
 	// rpcbind with one signal whatever state startup reached.
 	g.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -149,17 +183,13 @@ exec ganesha.nfsd -F -f "$2" -L "$3" -p "$1/ganesha.pid" -N "$4"
 	if err := g.cmd.Start(); err != nil {
 		t.Fatalf("start ganesha: %v", err)
 	}
+	exited := make(chan struct{})
+	g.exited = exited
+	cmd := g.cmd
 	go func() {
-		g.waitErr = g.cmd.Wait()
-		close(g.exited)
+		g.waitErr = cmd.Wait()
+		close(exited)
 	}()
-	t.Cleanup(func() { g.stop(t) })
-
-	if err := g.waitReady(opts.StartTimeout); err != nil {
-		t.Fatalf("ganesha did not start: %v\nscript output:\n%s\nganesha log tail:\n%s",
-			err, stderr.String(), g.LogTail())
-	}
-	return g
 }
 
 // config renders ganesha.conf: NFSv3 over TCP (and NFSv4.1/4.2 if asked
@@ -170,6 +200,13 @@ func (g *Ganesha) config(plugins string) string {
 	protocols := "3"
 	if g.nfsv4 {
 		protocols = "3, 4"
+	}
+	v4 := ""
+	if g.opts.LeaseLifetime > 0 {
+		v4 += fmt.Sprintf("\n\tLease_Lifetime = %d;", g.opts.LeaseLifetime)
+	}
+	if g.opts.SlotTableSize > 0 {
+		v4 += fmt.Sprintf("\n\tSlot_Table_Size = %d;", g.opts.SlotTableSize)
 	}
 	return fmt.Sprintf(`NFS_CORE_PARAM {
 	Protocols = %s;
@@ -186,7 +223,7 @@ NFS_KRB5 {
 }
 NFSV4 {
 	Graceless = true;
-	RecoveryRoot = %q;
+	RecoveryRoot = %q;%s
 }
 EXPORT {
 	Export_Id = 1;
@@ -202,7 +239,7 @@ EXPORT {
 		Name = VFS;
 	}
 }
-`, protocols, g.NFSPort, g.MountPort, plugins, filepath.Join(g.workDir, "recovery"), g.ExportDir, g.ExportPath, protocols)
+`, protocols, g.NFSPort, g.MountPort, plugins, filepath.Join(g.workDir, "recovery"), v4, g.ExportDir, g.ExportPath, protocols)
 }
 
 // ganeshaPluginsDir finds the directory holding FSAL VFS; it differs

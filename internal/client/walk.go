@@ -1,0 +1,326 @@
+package client
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"hushfs/internal/proto"
+)
+
+// Tree walks. du, find, git status and grep -r go through a tree one
+// directory after another, and the client sees it: the kernel enumerates a
+// directory (lists it, or asks for its entries' attributes in bulk), then
+// its subdirectories and theirs. From then on the directories the walk will
+// reach next — the subdirectories of those it enumerates — are read ahead
+// with READDIRPLUS, several at a time, so that when the walk gets there
+// their attributes and listings are fresh and it sends nothing.
+//
+// Bounded: at most aheadCalls passes in flight, at most aheadWindow
+// directories read ahead beyond those the walk has visited (so a walk that
+// stops wastes no more), aheadQueue directories waiting, and only
+// directories whose pass is one call and whose entries the kernel holds
+// (nothing to bring up to date otherwise). A walk with no visit for
+// walkIdle is over. A lone listing starts nothing: a walk begins only when
+// two subdirectories of a directory, or a subdirectory of a subdirectory,
+// are enumerated shortly after it.
+
+const (
+	walkStart   = 2 * time.Second // enumerations this soon after their parent's show a walk
+	walkIdle    = 2 * time.Second // a walk with no visit for this long is over
+	visitGap    = time.Second     // lookups in a directory count as one visit per this
+	aheadWindow = 32              // directories read ahead beyond the walk's visits
+	aheadCalls  = 8               // read-ahead passes in flight at once
+	aheadQueue  = 4096            // directories waiting to be read ahead
+)
+
+// walker is the mount's walk state: one walk at a time (walks in several
+// trees at once share it, and its window).
+type walker struct {
+	mu sync.Mutex
+	// GUARDED_BY(mu)
+	session  uint64    // the current walk (0: none yet); numbers never reused
+	start    time.Time // when the directory it began at was enumerated
+	last     time.Time // its last visit
+	visits   int       // directories it visited
+	issued   int       // directories read ahead for it
+	inflight int       // read-ahead passes under way (any walk)
+	queue    []NodeID  // directories to read ahead, the next first
+	queued   map[NodeID]bool
+	cred     Cred // the identity read-ahead is sent with: the walker's
+}
+
+// visitDir records the kernel's interest in dir — a listing pass (enum),
+// a refresh it asked for (enum), a lookup in it, its entries' attributes —
+// and reports whether a walk is at dir. A walk begins when enumerations
+// go down the tree (below).
+func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
+	if !fs.bulkOn() {
+		return false
+	}
+	now := fs.now()
+	dir.mu.Lock()
+	b := dir.bulkLocked()
+	if !enum && now.Sub(b.visitAt) < visitGap {
+		walking := b.visitWalk
+		dir.mu.Unlock()
+		return walking
+	}
+	b.visitAt = now
+	pid, seen, ahead := dir.parent, b.walkSeen, b.aheadIn
+	dir.mu.Unlock()
+	// A walk shows as enumerations going down the tree: a third level
+	// (parent, child, grandchild), or a second child of one directory,
+	// each within walkStart of its parent's. (One child enumerated after
+	// its parent is often no walk: git clone lists the directory it clones
+	// into, then stats in its .git.)
+	var penum time.Time
+	chain, evidence := 1, false
+	p := fs.nodes.get(pid)
+	if p != nil && p != dir {
+		p.mu.Lock()
+		if pb := p.bulk; pb != nil {
+			penum = pb.enumAt
+			if enum && now.Sub(penum) < walkStart {
+				if pb.lastKid != dir.id {
+					pb.kids++
+					pb.lastKid = dir.id
+				}
+				chain = pb.chain + 1
+				evidence = chain >= 3 || pb.kids >= 2
+			}
+		}
+		p.mu.Unlock()
+	}
+	if enum {
+		dir.mu.Lock()
+		b.chain = chain
+		dir.mu.Unlock()
+	}
+
+	w := &fs.walk
+	w.mu.Lock()
+	active := w.session != 0 && now.Sub(w.last) < walkIdle
+	in := active && (seen == w.session || ahead == w.session || !penum.IsZero() && !penum.Before(w.start))
+	began := false
+	if !in && evidence {
+		if !active {
+			w.session++
+			w.start, w.visits, w.issued = penum, 0, 0
+			w.queue = w.queue[:0]
+			clear(w.queued)
+		}
+		in, began = true, true
+	}
+	session := w.session
+	if in {
+		w.last = now
+		if seen != session {
+			w.visits++
+		}
+		w.cred = Cred{UID: c.UID, GID: c.GID, Groups: append(w.cred.Groups[:0:0], c.Groups...)}
+	}
+	w.mu.Unlock()
+
+	dir.mu.Lock()
+	b.visitWalk = in
+	if in {
+		b.walkSeen = session
+	}
+	dir.mu.Unlock()
+	if began {
+		// Where the walk goes next: into dir, then on through its
+		// parent's other subdirectories.
+		fs.enqueue(fs.subdirs(dir), true)
+		fs.enqueue(slices.DeleteFunc(fs.subdirs(p), func(id NodeID) bool { return id == dir.id }), false)
+	}
+	if in {
+		fs.pump()
+	}
+	return in
+}
+
+// refreshed is told that a pass over dir ended (ahead: a read-ahead one).
+// A directory the walk enumerated leads it on into its subdirectories.
+func (fs *FS) refreshed(dir *inode, ahead bool, err error) {
+	w := &fs.walk
+	now := fs.now()
+	w.mu.Lock()
+	if ahead {
+		w.inflight--
+	}
+	session := w.session
+	active := session != 0 && now.Sub(w.last) < walkIdle
+	w.mu.Unlock()
+	if !active {
+		return
+	}
+	dir.mu.Lock()
+	inWalk := dir.bulk != nil && (dir.bulk.walkSeen == session || dir.bulk.aheadIn == session)
+	dir.mu.Unlock()
+	if err == nil && inWalk {
+		fs.enqueue(fs.subdirs(dir), true)
+	}
+	fs.pump()
+}
+
+// subdirs returns dir's subdirectories that the kernel holds, in listing
+// order (the server's, which du and find follow), or by name when no
+// complete listing is kept.
+func (fs *FS) subdirs(dir *inode) []NodeID {
+	if dir == nil {
+		return nil
+	}
+	var fhs []proto.FH
+	var ids []NodeID
+	dir.mu.Lock()
+	if l := dir.list; l != nil && dir.namesValidLocked() {
+		type sub struct {
+			seq uint64
+			fh  proto.FH
+		}
+		var subs []sub
+		for name, e := range l.entries {
+			if e.mode == syscall.S_IFDIR && e.plus != nil && name != "." && name != ".." {
+				subs = append(subs, sub{e.seq, e.plus.fh})
+			}
+		}
+		sort.Slice(subs, func(i, j int) bool { return subs[i].seq < subs[j].seq })
+		for _, s := range subs {
+			fhs = append(fhs, s.fh)
+		}
+	} else {
+		names := make([]string, 0, len(dir.names))
+		for name, e := range dir.names {
+			if e.node != 0 {
+				names = append(names, name)
+			}
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			ids = append(ids, dir.names[name].node)
+		}
+	}
+	dir.mu.Unlock()
+	for _, fh := range fhs {
+		if n := fs.nodes.live(fh); n != nil {
+			ids = append(ids, n.id)
+		}
+	}
+	out := ids[:0]
+	for _, id := range ids {
+		if n := fs.nodes.get(id); n != nil && n != dir {
+			n.mu.Lock()
+			isDir := n.attrValid && n.attr.Type == proto.TypeDir
+			n.mu.Unlock()
+			if isDir {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
+
+// enqueue adds directories to read ahead: at the front (next, in the
+// given order) or at the back. Past aheadQueue the furthest are dropped.
+func (fs *FS) enqueue(ids []NodeID, front bool) {
+	w := &fs.walk
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.queued == nil {
+		w.queued = map[NodeID]bool{}
+	}
+	var add []NodeID
+	for _, id := range ids {
+		if !w.queued[id] {
+			w.queued[id] = true
+			add = append(add, id)
+		}
+	}
+	if front {
+		w.queue = append(add, w.queue...)
+	} else {
+		w.queue = append(w.queue, add...)
+	}
+	if len(w.queue) > aheadQueue {
+		for _, id := range w.queue[aheadQueue:] {
+			delete(w.queued, id)
+		}
+		w.queue = w.queue[:aheadQueue]
+	}
+}
+
+// pump starts read-ahead passes while the walk goes on and its window and
+// the calls in flight allow.
+func (fs *FS) pump() {
+	w := &fs.walk
+	for {
+		now := fs.now()
+		w.mu.Lock()
+		if len(w.queue) == 0 || w.inflight >= aheadCalls || w.issued >= w.visits+aheadWindow ||
+			w.session == 0 || now.Sub(w.last) >= walkIdle {
+			w.mu.Unlock()
+			return
+		}
+		id := w.queue[0]
+		w.queue = w.queue[1:]
+		delete(w.queued, id)
+		session := w.session
+		cred := Cred{UID: w.cred.UID, GID: w.cred.GID, Groups: append([]uint32(nil), w.cred.Groups...)}
+		w.inflight++
+		w.issued++
+		w.mu.Unlock()
+		if dir := fs.nodes.get(id); dir != nil && fs.startAhead(dir, &cred, session) {
+			continue
+		}
+		w.mu.Lock()
+		w.inflight--
+		w.issued--
+		w.mu.Unlock()
+	}
+}
+
+// startAhead reads dir ahead of the walk if that brings anything: a
+// listing the walk would read itself (none kept, or the directory's
+// attributes expired), or entries' attributes that expired. Not for a
+// directory under way, nor one whose pass takes more than one call
+// (memory: the walk's own demand refreshes those), nor one whose entries
+// the kernel does not hold.
+func (fs *FS) startAhead(dir *inode, c *Cred, session uint64) bool {
+	now := fs.now()
+	dir.mu.Lock()
+	b := dir.bulkLocked()
+	_, _, fresh := dir.cachedAttrLocked(now)
+	want := dir.attrValid && dir.attr.Type == proto.TypeDir && b.refresh == nil &&
+		now.Sub(b.failAt) >= bulkDemandWindow && now.Sub(b.freshAt) >= fs.opts.AcRegMin &&
+		dir.knowsEntriesLocked() && fs.passCallsLocked(dir) <= 1
+	stale := !fresh || dir.list == nil || !dir.namesValidLocked()
+	var ids []NodeID
+	if want && !stale {
+		for _, e := range dir.names {
+			if e.node != 0 {
+				ids = append(ids, e.node)
+			}
+		}
+	}
+	dir.mu.Unlock()
+	for _, id := range ids {
+		if stale {
+			break
+		}
+		if n := fs.nodes.get(id); n != nil {
+			n.mu.Lock()
+			_, _, ok := n.cachedAttrLocked(now)
+			n.mu.Unlock()
+			stale = !ok
+		}
+	}
+	if !want || !stale {
+		return false
+	}
+	_, started := fs.startRefresh(context.WithValue(fs.life, OriginKey{}, "readahead"), c, dir, session)
+	return started
+}

@@ -1,0 +1,134 @@
+package proto
+
+import "context"
+
+// Where NFSv4.1 plugs in beyond Server. A protocol implements these
+// optional interfaces alongside Server; the core finds them by type
+// assertion (srv.(proto.Opener)) and keeps its v3 behaviour where they are
+// absent. NFSv3 implements none. They are declared here so that the v4.1
+// protocol and the core meet at one place; their shapes will be refined
+// as they get their first implementation.
+
+// StateID is v4 state the server hands out: an open, a lock, a
+// delegation (stateid4).
+type StateID struct {
+	Seq   uint32
+	Other [12]byte
+}
+
+// Share access and deny bits of an open (v4 OPEN4_SHARE_*).
+const (
+	ShareRead  = 1
+	ShareWrite = 2
+	ShareBoth  = 3
+)
+
+// DelegType is the kind of delegation a server granted.
+type DelegType uint8
+
+const (
+	DelegNone  DelegType = iota
+	DelegRead            // the file does not change but through us: reopen without a call
+	DelegWrite           // nobody else has it open: writes and attributes are ours to hold
+)
+
+// Delegation is a delegation the server granted with an open.
+type Delegation struct {
+	Type  DelegType
+	State StateID
+}
+
+// OpenArgs opens a file: by name in Dir (Create, if set, makes it), or an
+// already known FH. Access and Deny are Share* bits.
+type OpenArgs struct {
+	Dir    FH
+	Name   string
+	FH     FH
+	Access uint32
+	Deny   uint32
+	Create *CreateHow
+}
+
+// OpenRes is what an open brought: the file, its state and, in the same
+// round trip, its attributes and the caller's rights (what v3's
+// close-to-open GETATTR and ACCESS give).
+type OpenRes struct {
+	Status  error
+	FH      FH
+	Attr    PostAttr
+	DirWcc  Wcc // a create's
+	State   StateID
+	Deleg   Delegation
+	Access  uint32 // Access* bits granted, when Granted
+	Granted bool
+}
+
+// Opener is a server with open state (v4.1 OPEN, CLOSE, OPEN_DOWNGRADE).
+// The core opens through it where v3 sends close-to-open's GETATTR, and
+// closes at the last release of the file.
+type Opener interface {
+	Open(ctx context.Context, c *Cred, a OpenArgs) (OpenRes, error)
+	CloseOpen(ctx context.Context, c *Cred, fh FH, st StateID) error
+	Downgrade(ctx context.Context, c *Cred, fh FH, st StateID, access, deny uint32) (StateID, error)
+}
+
+// LockType is a byte-range lock's kind.
+type LockType uint8
+
+const (
+	ReadLock LockType = iota + 1
+	WriteLock
+)
+
+// LockArgs names a byte-range lock: [Offset, Offset+Length) (Length 0: to
+// the end) of FH, held by Owner (the kernel's lock owner) under the open
+// State.
+type LockArgs struct {
+	FH     FH
+	State  StateID
+	Owner  uint64
+	Type   LockType
+	Offset uint64
+	Length uint64
+}
+
+// LockRes is a lock call's result; Conflict describes a lock in the way
+// (Status EAGAIN).
+type LockRes struct {
+	Status   error
+	State    StateID
+	Conflict *LockArgs
+}
+
+// Locker is a server with byte-range locks between clients (v4.1 LOCK,
+// LOCKU, LOCKT), which the core wires to fcntl and flock.
+type Locker interface {
+	Lock(ctx context.Context, c *Cred, a LockArgs) (LockRes, error)
+	Unlock(ctx context.Context, c *Cred, a LockArgs) (LockRes, error)
+	TestLock(ctx context.Context, c *Cred, a LockArgs) (LockRes, error)
+}
+
+// Callbacks is what the core answers a server's calls with (v4.1's back
+// channel).
+type Callbacks interface {
+	// Recall: the server wants the delegation back (CB_RECALL). The core
+	// writes what it holds under it and returns it (ReturnDelegation)
+	// without blocking the caller.
+	Recall(fh FH, st StateID, truncate bool)
+	// GetAttr: the size and change the core holds for a file under a
+	// write delegation (CB_GETATTR); ok false if it holds none.
+	GetAttr(fh FH) (size, change uint64, ok bool)
+}
+
+// Delegator is a server that grants delegations.
+type Delegator interface {
+	SetCallbacks(cb Callbacks)
+	ReturnDelegation(ctx context.Context, c *Cred, fh FH, st StateID) error
+}
+
+// PathWalker is a server that looks up several names in one round trip (a
+// v4.1 COMPOUND of LOOKUPs): the results, in order, up to and including
+// the first that failed.
+type PathWalker interface {
+	LookupPath(ctx context.Context, c *Cred, dir FH, names []string) ([]LookupRes, error)
+}
