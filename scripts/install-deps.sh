@@ -8,6 +8,8 @@ pkgs=(nfs-ganesha nfs-ganesha-vfs libnfs-utils fuse3 tshark rpcbind iproute2 uti
 # openssl; cthon04's general group compiles, runs tbl and nroff, and times
 # them with /usr/bin/time.
 pkgs+=(gcc make libc6-dev autoconf automake libtool libtirpc-dev openssl groff-base time)
+# pynfs (the NFSv4.1 server tests) generates its XDR code with ply.
+pkgs+=(python3 python3-ply)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

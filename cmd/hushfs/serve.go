@@ -38,6 +38,8 @@ type serveOptions struct {
 	securePort bool
 	metrics    string        // address of the Prometheus /metrics endpoint, "" = none
 	busyPoll   time.Duration // ServerOptions.BusyPoll
+	lease      time.Duration // NFSv4.1 lease time
+	delegs     bool          // grant NFSv4.1 read delegations
 }
 
 // squash is the server's squash mode: --all-squash maps everyone, root
@@ -149,10 +151,12 @@ func parseServeArgs(args []string) (*serveOptions, error) {
 	fs.BoolVar(&o.securePort, "secure-port", false, "serve only calls from privileged source ports (below 1024)")
 	fs.StringVar(&o.metrics, "metrics", "", "serve per-procedure counts and latency histograms in Prometheus text format at http://ADDR/metrics")
 	fs.DurationVar(&o.busyPoll, "busy-poll", 50*time.Microsecond, "after answering a client that sends one call at a time, poll for its next call this long before sleeping (one connection at a time; 0 = never)")
+	fs.DurationVar(&o.lease, "lease", 90*time.Second, "NFSv4.1 lease time: a client silent this long loses its opens and locks; also the grace period after a restart")
+	fs.BoolVar(&o.delegs, "delegations", false, "grant NFSv4.1 read delegations (recalled before any NFS client changes the file; changes made directly on the server's disk are not seen)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: hushfs serve DIR [--nfs-port N] [--mount-port N] [--listen ADDR] [--ro] [--async] [--state-dir D]\n"+
 			"                    [--no-root-squash | --all-squash] [--anonuid N] [--anongid N] [--allow CIDR[,CIDR...]] [--secure-port]\n"+
-			"                    [--metrics ADDR] [--busy-poll D]")
+			"                    [--metrics ADDR] [--busy-poll D] [--lease D] [--delegations]")
 		fs.PrintDefaults()
 	}
 	// Flags may come before or after DIR.
@@ -179,6 +183,9 @@ func parseServeArgs(args []string) (*serveOptions, error) {
 	if o.busyPoll < 0 || o.busyPoll > time.Millisecond {
 		return nil, fmt.Errorf("--busy-poll %v: want 0 (off) up to 1ms", o.busyPoll)
 	}
+	if o.lease < time.Second || o.lease > time.Hour || o.lease%time.Second != 0 {
+		return nil, fmt.Errorf("--lease %v: want whole seconds from 1s up to 1h", o.lease)
+	}
 	for _, p := range []int{o.nfsPort, o.mountPort} {
 		if p < 0 || p > 65535 {
 			return nil, fmt.Errorf("port %d out of range", p)
@@ -200,17 +207,21 @@ func runServe(args []string) error {
 		return err
 	}
 	logger := log.New(os.Stderr, "", log.LstdFlags)
+	rpcStats := metrics.NewRPC()
 	srv, err := server.New(server.Config{
-		Root:       o.dir,
-		StateDir:   o.stateDir,
-		ReadOnly:   o.readOnly,
-		Async:      o.async,
-		Squash:     o.squash(),
-		AnonUID:    o.anonUID,
-		AnonGID:    o.anonGID,
-		Allow:      o.allow,
-		SecurePort: o.securePort,
-		Logf:       logger.Printf,
+		ObserveOp:   rpcStats.ObserveOp,
+		Root:        o.dir,
+		StateDir:    o.stateDir,
+		ReadOnly:    o.readOnly,
+		Async:       o.async,
+		Squash:      o.squash(),
+		AnonUID:     o.anonUID,
+		AnonGID:     o.anonGID,
+		Allow:       o.allow,
+		SecurePort:  o.securePort,
+		Lease:       o.lease,
+		Delegations: o.delegs,
+		Logf:        logger.Printf,
 	})
 	if err != nil {
 		return err
@@ -238,7 +249,6 @@ func runServe(args []string) error {
 			return fmt.Errorf("metrics listener: %w", err)
 		}
 	}
-	rpcStats := metrics.NewRPC()
 	rs := rpc.NewServer(rpc.ServerOptions{Logf: logger.Printf, Observe: rpcStats.Observe, BusyPoll: o.busyPoll})
 	srv.Register(rs)
 

@@ -28,10 +28,15 @@ func TestParseServeArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.dir != "/srv/x" || !o.readOnly || o.nfsPort != 0 || o.mountPort != 20048 || o.listen != "127.0.0.1" || o.stateDir != "/tmp/s" {
+	if o.dir != "/srv/x" || !o.readOnly || o.nfsPort != 0 || o.mountPort != 20048 || o.listen != "127.0.0.1" || o.stateDir != "/tmp/s" ||
+		o.lease != 90*time.Second {
 		t.Fatalf("%+v", o)
 	}
-	for _, bad := range [][]string{{}, {"a", "b"}, {"a", "--nfs-port", "70000"}, {"a", "--bogus"}} {
+	if o, err := parseServeArgs([]string{"/x", "--lease", "5s"}); err != nil || o.lease != 5*time.Second {
+		t.Fatalf("--lease 5s: %v %+v", err, o)
+	}
+	for _, bad := range [][]string{{}, {"a", "b"}, {"a", "--nfs-port", "70000"}, {"a", "--bogus"},
+		{"a", "--lease", "0s"}, {"a", "--lease", "1500ms"}, {"a", "--lease", "2h"}} {
 		if _, err := parseServeArgs(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"hushfs/internal/nfs3"
+	"hushfs/internal/nfs4"
 	"hushfs/internal/rpc"
 )
 
@@ -60,8 +61,14 @@ func (h *histogram) observe(d time.Duration) {
 type RPC struct {
 	nfs   [nfs3.NumProcs]histogram
 	mount [nfs3.NumMountProcs]histogram
-	other histogram // any other program, version or procedure
+	nfs4  [2]histogram          // NFSv4 NULL and COMPOUND
+	ops   [numOps + 1]histogram // NFSv4.1 operations by number; the last: ILLEGAL and unknown
+	other histogram             // any other program, version or procedure
 }
+
+// numOps bounds the NFSv4 operation numbers counted one by one (4.2's
+// included, for a server that serves them one day).
+const numOps = 72
 
 // NewRPC returns an empty recorder.
 func NewRPC() *RPC { return &RPC{} }
@@ -77,8 +84,19 @@ func (r *RPC) hist(prog, vers, proc uint32) *histogram {
 		return &r.nfs[proc]
 	case prog == nfs3.MountProgram && vers == nfs3.MountVersion && proc < nfs3.NumMountProcs:
 		return &r.mount[proc]
+	case prog == nfs4.Program && vers == nfs4.Version && proc < 2:
+		return &r.nfs4[proc]
 	}
 	return &r.other
+}
+
+// ObserveOp records one NFSv4.1 operation of a COMPOUND that took d (for
+// server.Config.ObserveOp).
+func (r *RPC) ObserveOp(op uint32, d time.Duration) {
+	if op >= numOps {
+		op = numOps
+	}
+	r.ops[op].observe(d)
 }
 
 // Snapshot is the state of one procedure's histogram.
@@ -89,7 +107,7 @@ type Snapshot struct {
 	Sum        time.Duration
 }
 
-// Snapshots returns the procedures called at least once, NFS first, in
+// Snapshots returns the procedures called at least once, NFSv3 first, in
 // procedure order.
 func (r *RPC) Snapshots() []Snapshot {
 	var out []Snapshot
@@ -113,6 +131,15 @@ func (r *RPC) Snapshots() []Snapshot {
 	}
 	for p := range r.mount {
 		add("mount", nfs3.MountProcName(uint32(p)), &r.mount[p])
+	}
+	add("nfs4", "NULL", &r.nfs4[0])
+	add("nfs4", "COMPOUND", &r.nfs4[1])
+	for op := range r.ops {
+		name := nfs4.Opnum(op).String()
+		if op == numOps {
+			name = "ILLEGAL"
+		}
+		add("nfs4op", name, &r.ops[op])
 	}
 	add("other", "other", &r.other)
 	return out

@@ -26,6 +26,9 @@ type env struct {
 	done  chan error
 	// tune, if set, adjusts the configuration before each start.
 	tune func(*Config)
+	// samePort: a restart listens on the address of the start before, as
+	// a restarted server does (clients reconnect there).
+	samePort bool
 }
 
 func requireRoot(t testing.TB) {
@@ -72,7 +75,11 @@ func (e *env) start(ro bool) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := "127.0.0.1:0"
+	if e.samePort && e.addr != "" {
+		addr = e.addr
+	}
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		srv.Close()
 		e.t.Fatal(err)

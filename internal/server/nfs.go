@@ -54,6 +54,9 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
 		}
+		if !s.mayChange3(a.Obj) {
+			return (&nfs3.SetattrRes{Status: nfs3.ErrJukebox}).Append(reply), nil
+		}
 		r := s.setattr(&id, &a)
 		return r.Append(reply), nil
 	case nfs3.ProcLookup:
@@ -88,12 +91,18 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
 		}
+		if !s.mayChange3(a.File) {
+			return (&nfs3.WriteRes{Status: nfs3.ErrJukebox}).Append(reply), nil
+		}
 		r := s.write(&id, &a)
 		return r.Append(reply), nil
 	case nfs3.ProcCreate:
 		var a nfs3.CreateArgs
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
+		}
+		if a.Mode == nfs3.Unchecked && a.Attr.SetSize && !s.mayChangeName3(a.Where.Dir, a.Where.Name) {
+			return (&nfs3.CreateRes{Status: nfs3.ErrJukebox}).Append(reply), nil
 		}
 		r := s.create(&id, &a)
 		return r.Append(reply), nil
@@ -123,6 +132,9 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
 		}
+		if !s.mayChangeName3(a.Obj.Dir, a.Obj.Name) {
+			return (&nfs3.RemoveRes{Status: nfs3.ErrJukebox}).Append(reply), nil
+		}
 		r := s.remove(&id, &a.Obj, false)
 		return r.Append(reply), nil
 	case nfs3.ProcRmdir:
@@ -136,6 +148,9 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		var a nfs3.RenameArgs
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
+		}
+		if !s.mayChangeName3(a.From.Dir, a.From.Name) || !s.mayChangeName3(a.To.Dir, a.To.Name) {
+			return (&nfs3.RenameRes{Status: nfs3.ErrJukebox}).Append(reply), nil
 		}
 		r := s.rename(&id, &a)
 		return r.Append(reply), nil

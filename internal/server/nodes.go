@@ -51,11 +51,17 @@ type node struct {
 	rwFd  int
 	ioUse int64
 
+	nsMu    sync.Mutex // directories: held across a change of entries and its before/after stats (dirop.go)
 	dirMu   sync.Mutex // serialises lseek+getdents on dirFd
 	dirFd   int
 	dirSync syncGroup // directories: concurrent commits share syncs (durable.go)
 
 	io *fileState // regular files only: sequential detection, write-back state
+
+	// v4open: NFSv4.1 clients hold the file open; the server holds a
+	// reference (Server.pinOpen), and the file stays reachable by its
+	// handle after its last name is removed, as a local open file does.
+	v4open atomic.Bool
 }
 
 func newNode(key string, fh nfs3.FH, kh unix.FileHandle, fd int, st *unix.Stat_t) *node {

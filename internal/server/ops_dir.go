@@ -98,64 +98,6 @@ func (s *Server) lookup(id *identity, a *nfs3.LookupArgs) (r nfs3.LookupRes) {
 	return r
 }
 
-// dirOp holds what every procedure that changes a directory does first:
-// resolve the directory, take its pre-operation attributes, refuse on a
-// read-only export or a non-directory, validate the name.
-type dirOp struct {
-	dir *node
-	wcc nfs3.WccData
-}
-
-// begin starts a directory operation. On failure it returns the status to
-// reply with (wcc filled as far as known) and no node to release.
-func (s *Server) beginDirOp(fh nfs3.FH, name []byte, creating bool) (*dirOp, nfs3.Status) {
-	dir, err := s.resolve(fh)
-	if err != nil {
-		return &dirOp{}, s.statusOf(err)
-	}
-	op := &dirOp{dir: dir}
-	var st unix.Stat_t
-	if err := s.stat(dir, &st); err != nil {
-		s.cache.release(dir)
-		return &dirOp{}, s.statusOf(err)
-	}
-	op.wcc.Before = preOp(&st)
-	status := nfs3.OK
-	switch {
-	case s.readOnly:
-		status = nfs3.ErrROFS
-	case !dir.isDir():
-		status = nfs3.ErrNotDir
-	default:
-		if err := checkName(name); err != nil {
-			status = s.statusOf(err)
-		} else if isDot(name) {
-			// "." and ".." always exist; they are not ordinary entries to
-			// remove or rename.
-			status = nfs3.ErrInval
-			if creating {
-				status = nfs3.ErrExist
-			}
-		}
-	}
-	if status != nfs3.OK {
-		op.wcc.After = s.postOp(&st)
-		s.cache.release(dir)
-		return &dirOp{wcc: op.wcc}, status
-	}
-	return op, nfs3.OK
-}
-
-// end takes the directory's post-operation attributes and releases it.
-func (s *Server) endDirOp(op *dirOp) {
-	if op.dir == nil {
-		return
-	}
-	op.wcc.After = s.postOpOf(op.dir)
-	s.cache.release(op.dir)
-	op.dir = nil
-}
-
 // newEntry finishes making an entry: it opens the new object as O_PATH
 // (checking it is of the type made), applies the attributes, and returns its
 // node. It runs with the caller's credentials.
@@ -233,6 +175,7 @@ type newObj struct {
 // dirOpReply makes the change durable and fills a CREATE/MKDIR/SYMLINK/
 // MKNOD result.
 func (s *Server) dirOpReply(op *dirOp, obj *newObj, err error) (r nfs3.DirOpRes) {
+	s.dirChanged(op)
 	child := obj.node
 	switch {
 	case err != nil:
@@ -505,6 +448,7 @@ func (s *Server) remove(id *identity, a *nfs3.DirOpArgs, isDir bool) nfs3.Remove
 		}
 		return err
 	})
+	s.dirChanged(op)
 	if err == nil && victim != 0 {
 		s.cache.forgetIfUnlinked(victim)
 	}
@@ -520,14 +464,8 @@ func (s *Server) remove(id *identity, a *nfs3.DirOpArgs, isDir bool) nfs3.Remove
 }
 
 func (s *Server) rename(id *identity, a *nfs3.RenameArgs) (r nfs3.RenameRes) {
-	from, status := s.beginDirOp(a.From.Dir, a.From.Name, false)
+	from, to, status := s.beginRenameOps(a)
 	if status != nfs3.OK {
-		r.Status, r.FromDirWcc = status, from.wcc
-		return r
-	}
-	to, status := s.beginDirOp(a.To.Dir, a.To.Name, false)
-	if status != nfs3.OK {
-		s.endDirOp(from)
 		r.Status, r.FromDirWcc, r.ToDirWcc = status, from.wcc, to.wcc
 		return r
 	}
@@ -543,6 +481,7 @@ func (s *Server) rename(id *identity, a *nfs3.RenameArgs) (r nfs3.RenameRes) {
 		}
 		return unix.Renameat(from.dir.fd, fromName, to.dir.fd, toName)
 	})
+	s.dirChanged(from, to)
 	if err == nil && victim != 0 && victim != moved {
 		s.cache.forgetIfUnlinked(victim)
 	}
@@ -585,6 +524,7 @@ func (s *Server) link(id *identity, a *nfs3.LinkArgs) (r nfs3.LinkRes) {
 		// checks (protected_hardlinks) in force for the caller.
 		return unix.Linkat(unix.AT_FDCWD, procFdPath(file.fd), dir.fd, name, unix.AT_SYMLINK_FOLLOW)
 	})
+	s.dirChanged(op)
 	if err == nil {
 		err = s.commitDir(dir)
 	}

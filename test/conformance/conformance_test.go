@@ -1,10 +1,11 @@
 // Package conformance runs the public conformance suites on hushfs mounts:
 // pjdfstest (POSIX file system behaviour, ~8,800 subtests) against
 // `hushfs serve` and against nfs-ganesha, and cthon04 (the Connectathon NFS
-// tests: basic, general, special, lock) against `hushfs serve`. The suites
-// are built from their tarballs in a scratch directory; every failure is
-// named, and any failure but those NFSv3 itself imposes and ganesha's own
-// bugs (expectedFailures) fails the test.
+// tests: basic, general, special, lock) against `hushfs serve`; and pynfs's
+// NFSv4.1 server tests against `hushfs serve` itself. The suites are built
+// from their tarballs in a scratch directory; every failure is named, and
+// any failure but those NFSv3 itself imposes, ganesha's own bugs and what
+// the v4.1 server does not implement (expectedFailures) fails the test.
 //
 // It runs only when HUSHFS_CONFORMANCE names the directory of the tarballs
 // (`make conformance` sets it to ../shared/conformance).
@@ -67,6 +68,7 @@ func TestConformance(t *testing.T) {
 	start := time.Now()
 	pjd := buildPjdfstest(t, src, scratch)
 	cthon := buildCthon04(t, src, scratch)
+	pynfs := buildPynfs(t, src, scratch)
 	t.Logf("suites built in %v in %s", time.Since(start).Round(time.Second), scratch)
 
 	var mu sync.Mutex
@@ -103,6 +105,14 @@ func TestConformance(t *testing.T) {
 		t.Parallel()
 		mnt := serveMount(t, bin, scratch, "cthon04-serve")
 		record(runCthon04(t, cthon, mnt, "hushfs-serve"))
+	})
+	t.Run("pynfs-hushfs-serve", func(t *testing.T) {
+		t.Parallel()
+		record(runPynfs(t, pynfs, scratch, "pynfs", "all"))
+	})
+	t.Run("pynfs-reboot-hushfs-serve", func(t *testing.T) {
+		t.Parallel()
+		record(runPynfs(t, pynfs, scratch, "pynfs-reboot", pynfsReboot...))
 	})
 }
 
@@ -179,15 +189,17 @@ func report(w io.Writer, results []suiteResult, exp []expectation) (unexpected i
 	for _, r := range results {
 		ex, un, absent := classify(r.suite, r.server, r.failures, exp)
 		unexpected += len(un)
-		bugs := 0
+		kinds := map[string]int{}
 		for _, m := range ex {
-			if m.exp.kind == "ganesha bug" {
-				bugs++
-			}
+			kinds[m.exp.kind]++
 		}
 		expNote := ""
-		if bugs > 0 {
-			expNote = fmt.Sprintf(" (%d NFSv3, %d ganesha bugs)", len(ex)-bugs, bugs)
+		if len(kinds) > 1 || kinds["ganesha bug"] > 0 {
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(kinds)) {
+				parts = append(parts, fmt.Sprintf("%d %s", kinds[k], k))
+			}
+			expNote = " (" + strings.Join(parts, ", ") + ")"
 		}
 		todo := ""
 		if r.todo > 0 {

@@ -3,6 +3,7 @@ package conformance
 import (
 	"fmt"
 	"regexp"
+	"slices"
 )
 
 // expectation is a failure that is not hushfs's to fix, matched precisely:
@@ -13,7 +14,7 @@ type expectation struct {
 	file          string
 	num           int
 	line          *regexp.Regexp
-	kind          string // "NFSv3" (inherent) or "ganesha bug"
+	kind          string // "NFSv3" (inherent), "ganesha bug", "not implemented" or "by design"
 	key           string // names the reason in the summary
 	reason        string
 }
@@ -24,11 +25,29 @@ func (e expectation) matches(suite, server string, f failure) bool {
 }
 
 // expectedFailures lists every failure allowed to happen: the two NFSv3
-// itself imposes on any client, and those of ganesha 4.3's own bugs when
-// it is the server. Nothing else may be added: a failure that hushfs (its
-// client or its server) could avoid is a bug to fix.
+// itself imposes on any client, those of ganesha 4.3's own bugs when it is
+// the server, and pynfs's tests of what the NFSv4.1 server does not
+// implement. Nothing else may be added: a failure that hushfs (its client
+// or its server) could avoid is a bug to fix.
 func expectedFailures() []expectation {
-	return append(inherentFailures(), ganeshaBugs()...)
+	return slices.Concat(inherentFailures(), ganeshaBugs(), pynfsNotServed())
+}
+
+// pynfsNotServed are pynfs tests of what `hushfs serve` does not offer.
+func pynfsNotServed() []expectation {
+	const noWriteDeleg = "hushfs serve grants read delegations only (RFC 8881 leaves write delegations to the server); " +
+		"the test needs a write delegation granted"
+	const openArgs = "the test needs FATTR4_OPEN_ARGUMENTS, an NFSv4.2 attribute (RFC 9754); an NFSv4.1 server has none"
+	var exp []expectation
+	add := func(codes []string, line, kind, key, reason string) {
+		for _, c := range codes {
+			exp = append(exp, expectation{suite: "pynfs", server: "hushfs-serve", file: c,
+				line: regexp.MustCompile(line), kind: kind, key: key, reason: reason})
+		}
+	}
+	add([]string{"DELEG2"}, `^Could not get delegation$`, "not implemented", "v4-write-delegations", noWriteDeleg)
+	add([]string{"DELEG24", "DELEG25"}, `^FATTR4_OPEN_ARGUMENTS not supported$`, "by design", "v4.2-open-arguments", openArgs)
+	return exp
 }
 
 func inherentFailures() []expectation {

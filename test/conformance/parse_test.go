@@ -83,7 +83,7 @@ func TestExpectedFailuresMatchPrecisely(t *testing.T) {
 		t.Errorf("report counted %d unexpected failures, want 6:\n%s", n, &out)
 	}
 	for _, want := range []string{
-		"9 run,     5 passed, 3 expected failures (2 NFSv3, 1 ganesha bugs), 6 unexpected failures",
+		"9 run,     5 passed, 3 expected failures (2 NFSv3, 1 ganesha bug), 6 unexpected failures",
 		"FAIL     pjdfstest ganesha unlink/13.t #4: " + unlink,
 		"expected pjdfstest ganesha [silly-rename] unlink/14.t #4: " + unlink,
 		"note     pjdfstest ganesha link/00.t #71: listed as expected [ganesha-special-files], did not fail so",
@@ -92,6 +92,44 @@ func TestExpectedFailuresMatchPrecisely(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, &out)
 		}
+	}
+}
+
+// pynfs's report, as testserver.py prints it: passes, failures with their
+// reasons, warnings, and the summary that must agree.
+func TestParsePynfs(t *testing.T) {
+	out := `INFO   :test.env:Sleeping for 20 seconds: the lease period + 10 secs
+COUR2    st_courtesy.testLockSleepLock                            : PASS
+DELEG2   st_delegation.testWriteDeleg                             : FAILURE
+           Could not get delegation
+CSESS27  st_create_session.testRepTooBigToCache                   : FAILURE
+           OP_SEQUENCE should return
+           NFS4ERR_REP_TOO_BIG_TO_CACHE, instead got NFS4_OK
+COUR1    st_courtesy.testLockSleepLockU                           : WARNING
+           LOCKU should return NFS4_OK
+EID4     st_exchange_id.testBadFlags                              : PASS
+**************************************************
+Command line asked for 5 of 264 tests
+Of those: 0 Skipped, 2 Failed, 1 Warned, 2 Passed
+`
+	v, ok := parsePynfs(out)
+	want := []failure{
+		{"DELEG2", 0, "Could not get delegation"},
+		{"CSESS27", 0, "OP_SEQUENCE should return NFS4ERR_REP_TOO_BIG_TO_CACHE, instead got NFS4_OK"},
+		{"COUR1", 0, "WARNING: LOCKU should return NFS4_OK"},
+	}
+	if !ok || v.run != 5 || v.passed != 2 || !slices.Equal(v.failures, want) {
+		t.Fatalf("ok %v run %d passed %d failures %q", ok, v.run, v.passed, v.failures)
+	}
+	if _, ok := parsePynfs(strings.Replace(out, "2 Passed", "3 Passed", 1)); ok {
+		t.Error("a summary that disagrees with the lines was taken")
+	}
+	if _, ok := parsePynfs(out[:strings.Index(out, "***")]); ok {
+		t.Error("a report without its summary was taken")
+	}
+	ex, un, _ := classify("pynfs", "hushfs-serve", want, expectedFailures())
+	if len(ex) != 1 || len(un) != 2 {
+		t.Errorf("pynfs failures: expected %v, unexpected %v", ex, un)
 	}
 }
 

@@ -1,0 +1,209 @@
+package server
+
+import (
+	"time"
+
+	"hushfs/internal/nfs4"
+	"hushfs/internal/rpc"
+	"hushfs/internal/server/v4state"
+)
+
+// Read delegations on the wire (v4state decides): the back channel is
+// probed with CB_NULL when a session gets one, OPEN for reading grants,
+// DELEGRETURN returns, and every change to a file — by an NFSv4.1 client
+// or an NFSv3 one — first recalls the delegations of others with
+// CB_RECALL, sent from a goroutine of its own (the RPC layer's rule for
+// back calls that may be many). Meanwhile the change is answered
+// NFS4ERR_DELAY, or, for NFSv3, waited for a little and then answered
+// NFS3ERR_JUKEBOX. Only with Config.Delegations: files changed on the
+// server's disk directly are not watched, so a holder would not learn of
+// those changes.
+
+// v3RecallWait is how long an NFSv3 change waits for recalled
+// delegations to come back before answering JUKEBOX (the Linux client
+// then waits 5 s): a client answering CB_RECALL at once returns its
+// delegation within a few round trips.
+const v3RecallWait = 500 * time.Millisecond
+
+// cbCred is the credential of callbacks on a session: what the client
+// asked for first among those we can send.
+func cbCred(sec []nfs4.CallbackSecParms) (rpc.OpaqueAuth, bool) {
+	for _, p := range sec {
+		switch p.Flavor {
+		case nfs4.AuthSys:
+			return p.Sys.Cred(), true
+		case nfs4.AuthNone:
+			return rpc.NoAuth, true
+		}
+	}
+	return rpc.OpaqueAuth{}, false
+}
+
+// backChannelOf returns the RPC back channel of a callback's connection.
+func backChannelOf(cb *v4state.Callback) *rpc.BackChannel {
+	ci, _ := cb.Conn.ID.(*rpc.ConnInfo)
+	return ci.BackChannel()
+}
+
+// probeBackChannel checks, from a goroutine, that the session's back
+// channel answers CB_NULL: only then does its client get delegations.
+func (s *Server) probeBackChannel(sess *v4state.Session) {
+	if !s.v4.delegations || sess == nil {
+		return
+	}
+	s.v4.cbWG.Add(1)
+	go func() {
+		defer s.v4.cbWG.Done()
+		cb, ok := s.v4.state.BeginCallback(sess)
+		if !ok {
+			return
+		}
+		var err error
+		cred, credOK := cbCred(cb.Sec)
+		if bc := backChannelOf(&cb); bc != nil && credOK {
+			err = bc.Call(s.v4.cbCtx, cb.Program, nfs4.CBVersion, nfs4.CBProcNull, cred, nil, nil)
+		}
+		s.v4.state.EndCallback(sess, false)
+		ok = credOK && err == nil
+		s.v4.state.SetBackChannelOK(sess, ok)
+		if err != nil {
+			s.logf("hushfs server: NFSv4.1 back channel of session %x: CB_NULL: %v: no delegations", sess.ID[:], err)
+		}
+	}()
+}
+
+// sendRecalls sends CB_RECALL for each delegation, each from a goroutine.
+// A recall that cannot be sent is not retried: the delegation is revoked
+// a lease after the recall.
+func (s *Server) sendRecalls(recalls []v4state.Recall) {
+	for _, r := range recalls {
+		if r.Session == nil {
+			s.logf("hushfs server: NFSv4.1 delegation to recall has no back channel: revoked after a lease")
+			continue
+		}
+		s.v4.cbWG.Add(1)
+		go func() {
+			defer s.v4.cbWG.Done()
+			s.sendRecall(r)
+		}()
+	}
+}
+
+func (s *Server) sendRecall(r v4state.Recall) {
+	cb, ok := s.v4.state.BeginCallback(r.Session)
+	if !ok {
+		return
+	}
+	sequenced := false
+	defer func() { s.v4.state.EndCallback(r.Session, sequenced) }()
+	cred, credOK := cbCred(cb.Sec)
+	bc := backChannelOf(&cb)
+	if !credOK || bc == nil {
+		return
+	}
+	args := &nfs4.CBCompoundArgs{Tag: []byte("hushfs recall"), MinorVersion: nfs4.MinorVersion, Ops: []nfs4.CBArgop{
+		{Op: nfs4.CBOpSequence, Args: &cb.Sequence},
+		{Op: nfs4.CBOpRecall, Args: &nfs4.CBRecallArgs{Stateid: r.Stateid, FH: nfs4.FH(r.FileKey)}},
+	}}
+	var res nfs4.CBCompoundRes
+	err := bc.Call(s.v4.cbCtx, cb.Program, nfs4.CBVersion, nfs4.CBProcCompound, cred, args, &res)
+	if err == nil && len(res.Results) > 0 && res.Results[0].Op == nfs4.CBOpSequence {
+		sequenced = res.Results[0].Res.OpStatus() == nfs4.OK
+	}
+	switch {
+	case err != nil:
+		s.logf("hushfs server: NFSv4.1 CB_RECALL: %v", err)
+	case res.Status != nfs4.OK:
+		s.logf("hushfs server: NFSv4.1 CB_RECALL answered %v", res.Status)
+	}
+}
+
+// mayChange is asked before this compound's client changes the file key:
+// other clients' delegations of it are recalled, and while any is held
+// the change is NFS4ERR_DELAY.
+func (c *compound) mayChange(key string) nfs4.Status {
+	if !c.s.v4.state.HasDelegations() {
+		return nfs4.OK
+	}
+	recalls, wait := c.s.v4.state.Conflicts(key, c.client)
+	c.s.sendRecalls(recalls)
+	if wait {
+		return nfs4.ErrDelay
+	}
+	return nfs4.OK
+}
+
+// mayChangeName is mayChange for the object name names in dir, if any.
+func (c *compound) mayChangeName(dir *node, name []byte) nfs4.Status {
+	if !c.s.v4.state.HasDelegations() {
+		return nfs4.OK
+	}
+	if fh, ok := c.s.handleAt(dir.fd, string(name)); ok {
+		return c.mayChange(string(fh))
+	}
+	return nfs4.OK
+}
+
+// mayChange3 is asked before an NFSv3 client changes the file with handle
+// fh: delegations of it are recalled and waited for, a little; false means
+// they are still held (JUKEBOX).
+func (s *Server) mayChange3(fh []byte) bool {
+	if !s.v4.state.HasDelegations() {
+		return true
+	}
+	recalls, wait := s.v4.state.Conflicts(string(fh), nil)
+	s.sendRecalls(recalls)
+	for deadline := time.Now().Add(v3RecallWait); wait && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		_, wait = s.v4.state.Conflicts(string(fh), nil)
+	}
+	return !wait
+}
+
+// mayChangeName3 is mayChange3 for the object name names in the directory
+// with handle dir.
+func (s *Server) mayChangeName3(dirFH []byte, name []byte) bool {
+	if !s.v4.state.HasDelegations() {
+		return true
+	}
+	dir, err := s.resolve(dirFH)
+	if err != nil {
+		return true // the operation fails on its own
+	}
+	defer s.cache.release(dir)
+	if fh, ok := s.handleAt(dir.fd, string(name)); ok {
+		return s.mayChange3(fh)
+	}
+	return true
+}
+
+func (c *compound) delegReturn(a *nfs4.StateidArgs) nfs4.Status {
+	n, st := c.regularFile()
+	if st != nfs4.OK {
+		return c.status(st)
+	}
+	sid, st := c.stateid(&a.Stateid)
+	if st == nfs4.OK {
+		st = c.s.v4.state.DelegReturn(c.client, &sid, n.key)
+	}
+	return c.status(st)
+}
+
+// grantRead is the open_delegation4 of an OPEN for reading of n: a read
+// delegation when the client wants one (or leaves it to us) and v4state
+// grants it, else none with the reason.
+func (c *compound) grantRead(n *node, access, deny, want uint32) nfs4.OpenDelegation {
+	if !c.s.v4.delegations || access != nfs4.ShareAccessRead || deny != nfs4.ShareDenyNone ||
+		(want != nfs4.ShareAccessWantNoPreference && want != nfs4.ShareAccessWantReadDeleg && want != nfs4.ShareAccessWantAnyDeleg) {
+		return noDelegation(want)
+	}
+	sid, ok := c.s.v4.state.GrantRead(c.client, n.key)
+	if !ok {
+		return noDelegation(want)
+	}
+	// Who may read is the server's to check at each OPEN and ACCESS; the
+	// ACE grants nothing beyond (RFC 8881 §10.4.1: an empty ACE means
+	// the client asks ACCESS).
+	return nfs4.OpenDelegation{Type: nfs4.DelegateRead, Stateid: sid,
+		Permissions: nfs4.ACE{Type: 0, AccessMask: 0, Who: []byte("EVERYONE@")}}
+}

@@ -1,0 +1,194 @@
+package v4state
+
+import (
+	"slices"
+	"time"
+
+	"hushfs/internal/nfs4"
+)
+
+// Read delegations (RFC 8881 §10.4): a client holding one may open, read
+// and cache the file and its attributes without asking, because the
+// server promises to recall it (CB_RECALL) before anyone else changes the
+// file. One is granted only to a client whose back channel answered
+// CB_NULL, for a file nobody has open for writing; a change by another
+// client (a v4.1 OPEN for writing, SETATTR, WRITE, REMOVE, RENAME, or any
+// NFSv3 change) waits until the holders have returned theirs, or for a
+// lease after the recall, when a delegation not returned is revoked.
+// The holder's own changes recall nothing: it knows what it does.
+
+// Deleg is a read delegation.
+type Deleg struct {
+	sid      nfs4.Stateid
+	client   *Client
+	file     *File
+	recalled time.Time // when the recall was asked for; zero: not recalled
+	revoked  bool      // the stateid is kept until FREE_STATEID, unusable
+}
+
+// Recall is a delegation to recall: what CB_RECALL needs.
+type Recall struct {
+	Stateid nfs4.Stateid
+	FileKey string
+	Session *Session // the holder's session whose back channel answered
+}
+
+// SetBackChannelOK records whether the session's back channel answered
+// CB_NULL; only then are delegations granted to its client.
+func (st *State) SetBackChannelOK(s *Session, ok bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s.cbOK = ok
+}
+
+// backSessionLocked returns a session of cl whose back channel answered
+// and whose connection is still there, or nil.
+func (cl *Client) backSessionLocked() *Session {
+	for _, s := range cl.sessions {
+		if s.cbOK && s.back != nil && !closed(s.back.Done) && !s.destroyed {
+			return s
+		}
+	}
+	return nil
+}
+
+// GrantRead grants client cl a read delegation of the file key, which it
+// has just opened for reading, if it can be kept: the client can be
+// called back, nobody has the file open for writing, no delegation of it
+// is being recalled, and the client holds none of it already.
+func (st *State) GrantRead(cl *Client, key string) (nfs4.Stateid, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.files[key]
+	if f == nil || cl.gone || st.inGraceLocked() || cl.backSessionLocked() == nil || cl.nstate >= MaxStatePerClient {
+		return nfs4.Stateid{}, false
+	}
+	for _, o := range f.opens {
+		if o.access&nfs4.ShareAccessWrite != 0 {
+			return nfs4.Stateid{}, false
+		}
+	}
+	for _, d := range f.delegs {
+		if d.client == cl || !d.recalled.IsZero() {
+			return nfs4.Stateid{}, false
+		}
+	}
+	d := &Deleg{sid: nfs4.Stateid{Seqid: 1, Other: st.newOther()}, client: cl, file: f}
+	f.delegs = append(f.delegs, d)
+	st.stateids[d.sid.Other] = stateRec{kind: kindDeleg, deleg: d}
+	cl.nstate++
+	st.delegs.Add(1)
+	return d.sid, true
+}
+
+// HasDelegations reports whether any delegation is held: a caller may skip
+// finding the key of a file it changes when none is.
+func (st *State) HasDelegations() bool {
+	return st.delegs.Load() > 0
+}
+
+// Conflicts is asked before client by (nil: an NFSv3 client) changes the
+// file key. It returns the delegations of other clients to recall now (each
+// once: those already recalled are not returned again), and whether any is
+// still held, in which case the change must wait (NFS4ERR_DELAY,
+// NFS3ERR_JUKEBOX).
+func (st *State) Conflicts(key string, by *Client) (recall []Recall, wait bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.files[key]
+	if f == nil {
+		return nil, false
+	}
+	now := st.now()
+	for _, d := range f.delegs {
+		if d.client == by {
+			continue
+		}
+		wait = true
+		if d.recalled.IsZero() {
+			d.recalled = now
+			recall = append(recall, Recall{Stateid: d.sid, FileKey: key, Session: d.client.backSessionLocked()})
+		}
+	}
+	return recall, wait
+}
+
+// DelegReturn serves DELEGRETURN of stateid s by cl for the file key.
+func (st *State) DelegReturn(cl *Client, s *nfs4.Stateid, key string) nfs4.Status {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	d, status := st.delegOfLocked(cl, s, key)
+	if status != nfs4.OK {
+		return status
+	}
+	st.releaseDelegLocked(d)
+	cl.lastRenew = st.now()
+	return nfs4.OK
+}
+
+// CheckDelegClaim checks the delegation stateid of an OPEN with
+// CLAIM_DELEGATE_CUR or CLAIM_DELEG_CUR_FH: the client opens through the
+// delegation it holds on the file, as it does for its local opens when
+// the delegation is recalled.
+func (st *State) CheckDelegClaim(cl *Client, s *nfs4.Stateid, key string) nfs4.Status {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	_, status := st.delegOfLocked(cl, s, key)
+	return status
+}
+
+// delegOfLocked finds cl's delegation s of the file key; a revoked one is
+// DELEG_REVOKED.
+func (st *State) delegOfLocked(cl *Client, s *nfs4.Stateid, key string) (*Deleg, nfs4.Status) {
+	if IsSpecial(s) {
+		return nil, nfs4.ErrBadStateid
+	}
+	rec, status := st.lookupLocked(s)
+	switch {
+	case status != nfs4.OK:
+		return nil, status
+	case rec.kind != kindDeleg || rec.deleg.client != cl || rec.deleg.file.key != key:
+		return nil, nfs4.ErrBadStateid
+	case rec.deleg.revoked:
+		return nil, nfs4.ErrDelegRevoked
+	}
+	return rec.deleg, nfs4.OK
+}
+
+// releaseDelegLocked ends a delegation (returned, or its client gone).
+func (st *State) releaseDelegLocked(d *Deleg) {
+	if !d.revoked {
+		st.unlinkDelegLocked(d)
+	} else {
+		d.client.revoked--
+	}
+	delete(st.stateids, d.sid.Other)
+	d.client.nstate--
+}
+
+// unlinkDelegLocked takes a delegation off its file.
+func (st *State) unlinkDelegLocked(d *Deleg) {
+	f := d.file
+	f.delegs = slices.DeleteFunc(f.delegs, func(x *Deleg) bool { return x == d })
+	st.delegs.Add(-1)
+	st.dropFileIfIdle(f)
+}
+
+// revokeLocked revokes the delegations recalled a lease ago or more: the
+// change waiting for them goes ahead. The stateid stays, answering
+// DELEG_REVOKED, and SEQUENCE tells the client (RECALLABLE_STATE_REVOKED)
+// until it frees it.
+func (st *State) revokeLocked(now time.Time) {
+	for _, f := range st.files {
+		for _, d := range slices.Clone(f.delegs) {
+			if d.recalled.IsZero() || now.Sub(d.recalled) < st.lease {
+				continue
+			}
+			st.logf("hushfs server: NFSv4.1 client %#x (%q) did not return a recalled delegation within the lease: revoked",
+				d.client.ID, d.client.Owner)
+			d.revoked = true
+			d.client.revoked++
+			st.unlinkDelegLocked(d)
+		}
+	}
+}
