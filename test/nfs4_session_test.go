@@ -224,7 +224,9 @@ func TestNFSv4SessionLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRoot(t, &res)
-	if st := renewing.Stats(); st.Renewals < 3 || st.NewSessions != 0 || st.NewClientIDs != 0 || st.Calls != before.Calls+1 {
+	// A renewal due meanwhile may go out beside the COMPOUND: calls beyond
+	// the renewals are the COMPOUND alone.
+	if st := renewing.Stats(); st.Renewals < 3 || st.NewSessions != 0 || st.NewClientIDs != 0 || st.Calls-st.Renewals != before.Calls-before.Renewals+1 {
 		t.Fatalf("renewing session after %d s idle: %d renewals, %d new sessions, %d new client IDs, %d calls (%d before)",
 			4*lease, st.Renewals, st.NewSessions, st.NewClientIDs, st.Calls, before.Calls)
 	} else {
