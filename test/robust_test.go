@@ -264,11 +264,12 @@ func TestServeRobustRPC(t *testing.T) {
 
 	t.Run("unknown version", func(t *testing.T) {
 		r := dialRaw(t, s.NFSAddr)
-		for i, vers := range []uint32{2, 4, 0xffffffff} {
+		// The server speaks NFSv3 and NFSv4 (minor version 1).
+		for i, vers := range []uint32{2, 5, 0xffffffff} {
 			xid := uint32(20 + i)
 			rep := r.call(callSpec{xid: xid, prog: nfsProg, vers: vers, proc: 0, credFlavor: flavorNone})
-			if rep.replyStat != msgAccepted || rep.acceptStat != progMismatch || rep.low != 3 || rep.high != 3 {
-				t.Errorf("NFS version %d: %v, want PROG_MISMATCH 3..3", vers, rep)
+			if rep.replyStat != msgAccepted || rep.acceptStat != progMismatch || rep.low != 3 || rep.high != 4 {
+				t.Errorf("NFS version %d: %v, want PROG_MISMATCH 3..4", vers, rep)
 			}
 		}
 		rep := r.call(callSpec{xid: 25, prog: mountProg, vers: 4, proc: 0, credFlavor: flavorNone})

@@ -175,7 +175,12 @@ func (fs *FS) attrFromRefresh(ctx context.Context, c *Cred, n *inode) (a proto.A
 			return a, 0, false, nil
 		}
 		if r = fs.bulkDemand(ctx, c, dir); r == nil {
-			return a, 0, false, nil
+			// A pass that ended since the caller looked may have
+			// brought them: no GETATTR for what it did.
+			n.mu.Lock()
+			a, left, ok = n.cachedAttrLocked(fs.now())
+			n.mu.Unlock()
+			return a, left, ok, nil
 		}
 	}
 	fresh := func() bool {

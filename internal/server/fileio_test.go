@@ -274,9 +274,12 @@ func TestWriteClusteringConcurrent(t *testing.T) {
 			t.Errorf("not classified sequential: score %d, %d random, front %d", w.score, w.count(seqRandom), front)
 		}
 	})
+	// At least all but the reordering window behind the front; at most
+	// the file (each byte once). How much of the window is covered too
+	// depends on how the goroutines' writes interleaved.
 	lag := uint64(seqReorderK) * mib
-	if got, want := f.sfrBytes, int64((chunks*mib-lag)/clusterChunk*clusterChunk); f.count(opSyncFileRange) == 0 || got != want {
-		t.Errorf("early write-back covered %d bytes, want %d", got, want)
+	if got, least := f.sfrBytes, int64((chunks*mib-lag)/clusterChunk*clusterChunk); f.count(opSyncFileRange) == 0 || got < least || got > chunks*mib {
+		t.Errorf("early write-back covered %d bytes, want %d to %d", got, least, chunks*mib)
 	}
 	if r := c0.commit(fh); r.Status != nfs3.OK {
 		t.Fatalf("COMMIT: %v", r.Status)

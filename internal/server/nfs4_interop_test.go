@@ -71,10 +71,11 @@ func TestV4SessionClientInterop(t *testing.T) {
 		reclaim <- res.Status
 		return nil
 	}
+	addr := e.addr // the restarted server listens here again; e.addr is rewritten then
 	s, err := session.New(ctx, session.Options{
 		RPC: rpc.ClientOptions{Dial: func(ctx context.Context) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "tcp", e.addr)
+			return d.DialContext(ctx, "tcp", addr)
 		}, Timeout: 10 * time.Second},
 		Owner: []byte("hushfs interop test " + t.Name()), Callback: callback, OnRecover: onRecover, Logf: t.Logf,
 	})
