@@ -184,3 +184,31 @@ func TestV4NoDelegationOfLocallyWrittenFile(t *testing.T) {
 		t.Fatalf("no delegation once the local writer closed the file: %+v", open.Delegation)
 	}
 }
+
+// The holder writing the file itself goes ahead at once (its own lease is
+// let go first: the server's open for writing would break it); its
+// delegation, no longer backed by a lease, is recalled, and a local writer
+// is not held back any more.
+func TestV4HolderWriteReleasesLease(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true })
+	a, h := e.v4cb(false, false)
+	deleg, fh := delegated(t, e, a, "f", "original")
+	res := a.must(putFH(nfs4.FH(e.srv.RootHandle())), a.openOp("f", nfs4.ShareAccessBoth, false))
+	sid := res.Results[1].Res.(*nfs4.OpenRes).Stateid
+	a.must(putFH(fh), nfs4.Argop{Op: nfs4.OpWrite, Args: &nfs4.WriteArgs{Stateid: sid, Stable: nfs4.FileSync, Data: []byte("OWN")}})
+	if got := recallOf(t, h); got != deleg {
+		t.Fatalf("CB_RECALL of %v, the delegation is %v", got, deleg)
+	}
+	done := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(filepath.Join(e.root, "f"), os.O_WRONLY, 0)
+		if err == nil {
+			err = f.Close()
+		}
+		done <- err
+	}()
+	waitDone(t, done, "open for writing", 2*time.Second)
+	if b, _ := os.ReadFile(filepath.Join(e.root, "f")); string(b) != "OWNginal" {
+		t.Fatalf("the file holds %q", b)
+	}
+}
