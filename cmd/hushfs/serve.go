@@ -152,11 +152,11 @@ func parseServeArgs(args []string) (*serveOptions, error) {
 	fs.StringVar(&o.metrics, "metrics", "", "serve per-procedure counts and latency histograms in Prometheus text format at http://ADDR/metrics")
 	fs.DurationVar(&o.busyPoll, "busy-poll", 50*time.Microsecond, "after answering a client that sends one call at a time, poll for its next call this long before sleeping (one connection at a time; 0 = never)")
 	fs.DurationVar(&o.lease, "lease", 90*time.Second, "NFSv4.1 lease time: a client silent this long loses its opens and locks; also the grace period after a restart")
-	fs.BoolVar(&o.delegs, "delegations", false, "grant NFSv4.1 read delegations (recalled before any NFS client changes the file; changes made directly on the server's disk are not seen)")
+	fs.BoolVar(&o.delegs, "delegations", true, "grant NFSv4.1 read delegations, recalled before any NFS client or local process changes the file (local changes are seen through Linux file leases and inotify); --delegations=false grants none")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: hushfs serve DIR [--nfs-port N] [--mount-port N] [--listen ADDR] [--ro] [--async] [--state-dir D]\n"+
 			"                    [--no-root-squash | --all-squash] [--anonuid N] [--anongid N] [--allow CIDR[,CIDR...]] [--secure-port]\n"+
-			"                    [--metrics ADDR] [--busy-poll D] [--lease D] [--delegations]")
+			"                    [--metrics ADDR] [--busy-poll D] [--lease D] [--delegations=false]")
 		fs.PrintDefaults()
 	}
 	// Flags may come before or after DIR.

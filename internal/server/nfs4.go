@@ -43,7 +43,8 @@ var nfs4Limits = v4state.Limits{
 type v4 struct {
 	state       *v4state.State
 	observeOp   func(op uint32, d time.Duration)
-	delegations bool // grant read delegations
+	delegations bool        // grant read delegations
+	leases      *leaseWatch // with delegations: local changes to delegated files (leases.go)
 	// Callbacks run on goroutines of their own, under cbCtx; Close
 	// cancels it and waits for them.
 	cbCtx    context.Context
@@ -445,7 +446,7 @@ func (s *Server) newV4(cfg *Config) (*v4, error) {
 	host, _ := os.Hostname()
 	now := s.now()
 	cbCtx, cbCancel := context.WithCancel(context.Background())
-	return &v4{
+	v := &v4{
 		cbCtx:       cbCtx,
 		cbCancel:    cbCancel,
 		state:       st,
@@ -456,5 +457,14 @@ func (s *Server) newV4(cfg *Config) (*v4, error) {
 		started:     nfs4.Time{Seconds: now.Unix(), Nseconds: uint32(now.Nanosecond())},
 		serverOwner: fmt.Appendf(nil, "hushfs %s %08x", host, s.codec.exportID),
 		pins:        make(map[string]*node),
-	}, nil
+	}
+	if v.delegations {
+		// No delegation the server could not keep: without the watch of
+		// local changes, none is granted.
+		if v.leases, err = newLeaseWatch(s); err != nil {
+			s.logf("hushfs server: watching the export for local changes: %v: no delegations", err)
+			v.delegations = false
+		}
+	}
+	return v, nil
 }

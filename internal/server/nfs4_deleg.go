@@ -15,9 +15,9 @@ import (
 // CB_RECALL, sent from a goroutine of its own (the RPC layer's rule for
 // back calls that may be many). Meanwhile the change is answered
 // NFS4ERR_DELAY, or, for NFSv3, waited for a little and then answered
-// NFS3ERR_JUKEBOX. Only with Config.Delegations: files changed on the
-// server's disk directly are not watched, so a holder would not learn of
-// those changes.
+// NFS3ERR_JUKEBOX. Local processes changing a delegated file on the
+// server's disk are held back by a lease, or seen, and recall too
+// (leases.go).
 
 // v3RecallWait is how long an NFSv3 change waits for recalled
 // delegations to come back before answering JUKEBOX (the Linux client
@@ -122,6 +122,17 @@ func (s *Server) sendRecall(r v4state.Recall) {
 // other clients' delegations of it are recalled, and while any is held
 // the change is NFS4ERR_DELAY.
 func (c *compound) mayChange(key string) nfs4.Status {
+	st := c.mayOpen(key)
+	if st == nfs4.OK {
+		c.s.v4.leases.changing(key)
+	}
+	return st
+}
+
+// mayOpen is mayChange for an OPEN for writing, which changes nothing yet:
+// a delegation its client holds itself stays, with its lease, until the
+// client writes.
+func (c *compound) mayOpen(key string) nfs4.Status {
 	if !c.s.v4.state.HasDelegations() {
 		return nfs4.OK
 	}
@@ -135,7 +146,7 @@ func (c *compound) mayChange(key string) nfs4.Status {
 
 // mayChangeName is mayChange for the object name names in dir, if any.
 func (c *compound) mayChangeName(dir *node, name []byte) nfs4.Status {
-	if !c.s.v4.state.HasDelegations() {
+	if !c.s.v4.state.HasDelegations() && !c.s.v4.leases.held() {
 		return nfs4.OK
 	}
 	if fh, ok := c.s.handleAt(dir.fd, string(name)); ok {
@@ -149,6 +160,7 @@ func (c *compound) mayChangeName(dir *node, name []byte) nfs4.Status {
 // they are still held (JUKEBOX).
 func (s *Server) mayChange3(fh []byte) bool {
 	if !s.v4.state.HasDelegations() {
+		s.v4.leases.changing(string(fh))
 		return true
 	}
 	recalls, wait := s.v4.state.Conflicts(string(fh), nil)
@@ -157,13 +169,16 @@ func (s *Server) mayChange3(fh []byte) bool {
 		time.Sleep(5 * time.Millisecond)
 		_, wait = s.v4.state.Conflicts(string(fh), nil)
 	}
+	if !wait {
+		s.v4.leases.changing(string(fh))
+	}
 	return !wait
 }
 
 // mayChangeName3 is mayChange3 for the object name names in the directory
 // with handle dir.
 func (s *Server) mayChangeName3(dirFH []byte, name []byte) bool {
-	if !s.v4.state.HasDelegations() {
+	if !s.v4.state.HasDelegations() && !s.v4.leases.held() {
 		return true
 	}
 	dir, err := s.resolve(dirFH)
@@ -186,6 +201,9 @@ func (c *compound) delegReturn(a *nfs4.StateidArgs) nfs4.Status {
 	if st == nfs4.OK {
 		st = c.s.v4.state.DelegReturn(c.client, &sid, n.key)
 	}
+	if st == nfs4.OK {
+		c.s.v4.leases.poke() // the lease may go: a local writer may be waiting
+	}
 	return c.status(st)
 }
 
@@ -197,7 +215,11 @@ func (c *compound) grantRead(n *node, access, deny, want uint32) nfs4.OpenDelega
 		(want != nfs4.ShareAccessWantNoPreference && want != nfs4.ShareAccessWantReadDeleg && want != nfs4.ShareAccessWantAnyDeleg) {
 		return noDelegation(want)
 	}
-	sid, ok := c.s.v4.state.GrantRead(c.client, n.key)
+	var sid nfs4.Stateid
+	ok := c.s.v4.leases.grant(n, func() (ok bool) {
+		sid, ok = c.s.v4.state.GrantRead(c.client, n.key)
+		return ok
+	})
 	if !ok {
 		return noDelegation(want)
 	}

@@ -144,7 +144,7 @@ func (c *compound) open(a *nfs4.OpenArgs) nfs4.Status {
 		}
 	}
 	if st == nfs4.OK && !reclaim && (access&nfs4.ShareAccessWrite != 0 || a.ShareDeny&nfs4.ShareDenyRead != 0) {
-		st = c.mayChange(n.key)
+		st = c.mayOpen(n.key)
 	}
 	if st == nfs4.OK {
 		var sid nfs4.Stateid

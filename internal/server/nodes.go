@@ -46,10 +46,11 @@ type node struct {
 	lastUse    int64 // unix nanoseconds
 	prev, next *node // LRU list, most recent at the front
 
-	omu   sync.Mutex // guards rdFd, rwFd, ioUse
-	rdFd  int
-	rwFd  int
-	ioUse int64
+	omu     sync.Mutex // guards rdFd, rwFd, writers, retired
+	rdFd    int
+	rwFd    int
+	writers int   // operations writing through rwFd now (Server.writeFd)
+	retired []int // former rwFd numbers, now read-only (leases.go: retireWriter)
 
 	nsMu    sync.Mutex // directories: held across a change of entries and its before/after stats (dirop.go)
 	dirMu   sync.Mutex // serialises lseek+getdents on dirFd
@@ -100,12 +101,17 @@ func (n *node) closeIO(c *nodeCache) {
 			c.openCount.Add(-1)
 		}
 	}
+	for _, fd := range n.retired {
+		unix.Close(fd)
+		c.openCount.Add(-1)
+	}
+	n.retired = nil
 	if n.io != nil {
 		n.io.descriptorsClosed()
 	}
 }
 
-func (n *node) hasIO() bool { return n.rdFd >= 0 || n.rwFd >= 0 || n.dirFd >= 0 }
+func (n *node) hasIO() bool { return n.rdFd >= 0 || n.rwFd >= 0 || n.dirFd >= 0 || len(n.retired) > 0 }
 
 // nodeCache maps file handles to nodes: a bounded LRU with reference counts.
 type nodeCache struct {

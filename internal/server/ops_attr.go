@@ -48,11 +48,13 @@ func (s *Server) setattr(id *identity, a *nfs3.SetattrArgs) (r nfs3.SetattrRes) 
 	if a.Attr.SetSize {
 		// Opened with the server's credentials (open_by_handle_at needs
 		// them); applySattr checks the caller's right to truncate.
-		if rw, err = s.ioFd(n, true); err != nil {
+		var done func()
+		if rw, done, err = s.writeFd(n); err != nil {
 			r.Status = s.statusOf(err)
 			r.Wcc.After = s.postOpOf(n)
 			return r
 		}
+		defer done()
 	}
 	err = s.as(id, func() error { return s.applySattr(id, n.fd, &st, &a.Attr, rw) })
 	if err == nil {

@@ -141,12 +141,13 @@ func (s *Server) write(id *identity, a *nfs3.WriteArgs) (r nfs3.WriteRes) {
 		r.Wcc.After = s.postOp(&st)
 		return r
 	}
-	fd, err := s.ioFd(n, true)
+	fd, writing, err := s.writeFd(n)
 	if err != nil {
 		r.Status = s.statusOf(err)
 		r.Wcc.After = s.postOpOf(n)
 		return r
 	}
+	defer writing()
 	data := a.Data[:a.Count]
 	pwrite := s.io.files.Pwrite
 	if !id.isRoot() && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {

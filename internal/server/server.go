@@ -362,6 +362,9 @@ func (s *Server) Close() error {
 		close(s.stop)
 		s.sweeperWG.Wait()
 		if s.v4 != nil {
+			if s.v4.leases != nil {
+				s.v4.leases.close()
+			}
 			s.v4.cbCancel()
 			s.v4.cbWG.Wait()
 		}
@@ -386,6 +389,7 @@ func (s *Server) sweeper() {
 		case <-t.C:
 			s.cache.sweep()
 			s.v4.state.Expire()
+			s.v4.leases.scan() // revoked delegations let local writers go
 		}
 	}
 }
@@ -548,6 +552,27 @@ func (s *Server) ioFd(n *node, write bool) (int, error) {
 		n.rdFd = fd
 	}
 	return fd, nil
+}
+
+// writeFd is ioFd for writing: the descriptor is counted as being written
+// through until done is called, so that it is not made read-only meanwhile
+// (retireWriter).
+func (s *Server) writeFd(n *node) (fd int, done func(), err error) {
+	// Counted before the descriptor is taken: retireWriter either ran
+	// before (and ioFd opens another) or sees the writer.
+	n.omu.Lock()
+	n.writers++
+	n.omu.Unlock()
+	done = func() {
+		n.omu.Lock()
+		n.writers--
+		n.omu.Unlock()
+	}
+	if fd, err = s.ioFd(n, true); err != nil {
+		done()
+		return -1, nil, err
+	}
+	return fd, done, nil
 }
 
 // dirFd returns a descriptor of the node's directory open for reading; the

@@ -23,6 +23,7 @@ type Deleg struct {
 	client   *Client
 	file     *File
 	recalled time.Time // when the recall was asked for; zero: not recalled
+	revokeAt time.Time // when a recalled delegation not returned is revoked
 	revoked  bool      // the stateid is kept until FREE_STATEID, unusable
 }
 
@@ -106,11 +107,47 @@ func (st *State) Conflicts(key string, by *Client) (recall []Recall, wait bool) 
 		}
 		wait = true
 		if d.recalled.IsZero() {
-			d.recalled = now
+			d.recalled, d.revokeAt = now, now.Add(st.lease)
 			recall = append(recall, Recall{Stateid: d.sid, FileKey: key, Session: d.client.backSessionLocked()})
 		}
 	}
 	return recall, wait
+}
+
+// RecallAll is Conflicts for a change the server does not make itself (a
+// local process changed the file on the server's disk) or makes for a
+// holder: every delegation of the file key is recalled, and revoked if it
+// is not returned within the given time (at most a lease), because the
+// change cannot be held back longer. It returns the delegations to recall
+// now and whether any is still held.
+func (st *State) RecallAll(key string, within time.Duration) (recall []Recall, held bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.files[key]
+	if f == nil {
+		return nil, false
+	}
+	now := st.now()
+	within = min(within, st.lease)
+	for _, d := range f.delegs {
+		held = true
+		if d.recalled.IsZero() {
+			d.recalled, d.revokeAt = now, now.Add(within)
+			recall = append(recall, Recall{Stateid: d.sid, FileKey: key, Session: d.client.backSessionLocked()})
+		} else if at := now.Add(within); at.Before(d.revokeAt) {
+			d.revokeAt = at
+		}
+	}
+	return recall, held
+}
+
+// Delegated reports whether any delegation of the file key is held (not
+// returned, not revoked).
+func (st *State) Delegated(key string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.files[key]
+	return f != nil && len(f.delegs) > 0
 }
 
 // DelegReturn serves DELEGRETURN of stateid s by cl for the file key.
@@ -174,18 +211,19 @@ func (st *State) unlinkDelegLocked(d *Deleg) {
 	st.dropFileIfIdle(f)
 }
 
-// revokeLocked revokes the delegations recalled a lease ago or more: the
-// change waiting for them goes ahead. The stateid stays, answering
+// revokeLocked revokes the recalled delegations whose time to come back
+// is over (a lease, or less for a local change: RecallAll): the change
+// waiting for them goes ahead. The stateid stays, answering
 // DELEG_REVOKED, and SEQUENCE tells the client (RECALLABLE_STATE_REVOKED)
 // until it frees it.
 func (st *State) revokeLocked(now time.Time) {
 	for _, f := range st.files {
 		for _, d := range slices.Clone(f.delegs) {
-			if d.recalled.IsZero() || now.Sub(d.recalled) < st.lease {
+			if d.recalled.IsZero() || now.Before(d.revokeAt) {
 				continue
 			}
-			st.logf("hushfs server: NFSv4.1 client %#x (%q) did not return a recalled delegation within the lease: revoked",
-				d.client.ID, d.client.Owner)
+			st.logf("hushfs server: NFSv4.1 client %#x (%q) did not return a delegation within %v of its recall: revoked",
+				d.client.ID, d.client.Owner, d.revokeAt.Sub(d.recalled))
 			d.revoked = true
 			d.client.revoked++
 			st.unlinkDelegLocked(d)

@@ -1,0 +1,373 @@
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"hushfs/internal/server/v4state"
+)
+
+// A delegation is a promise that nobody changes the file without the
+// holder being told first, and local processes changing the export
+// directly are somebody too. While a delegation of a file is held, the
+// server holds a Linux read lease (F_SETLEASE F_RDLCK) on a descriptor of
+// it. On Linux 6.x an open for writing (O_WRONLY, O_RDWR, O_TRUNC) or a
+// truncate(2) of a leased file breaks the lease: the kernel signals the
+// lease holder and makes the opener wait (an O_NONBLOCK opener gets
+// EWOULDBLOCK) until the lease is released, or for
+// /proc/sys/fs/lease-break-time seconds, after which it removes the lease
+// itself. The server then recalls the delegations, and releases the lease
+// once they are returned or revoked: the local writer goes ahead after
+// the holder knows.
+//
+// Renaming, unlinking, linking, chmod, chown, utimes and xattrs do not
+// break a lease taken with F_SETLEASE (the kernel breaks only nfsd's own
+// delegation leases for those), and nothing lets userspace hold them
+// back. An inotify watch of each leased file sees them, after the fact,
+// and the delegations are recalled then: the file's data cannot have
+// changed (that needs an open for writing), but its names and attributes
+// did, and the holder learns of it within a round trip.
+//
+// Which lease broke: the lease's signal is a realtime one (F_SETSIG)
+// delivered to the process, which os/signal hands to every server's own
+// channel; each server then asks F_GETLEASE of each of its leased
+// descriptors (a breaking lease reports F_UNLCK). The sweep scans each
+// second too, in case a signal was lost (a full realtime queue falls back
+// to SIGIO, which is watched as well). No state is shared between
+// servers: several in one process each scan their own leases.
+
+// leaseSignal is the signal of lease breaks: a realtime signal
+// (SIGRTMIN+6 in glibc's numbering) that nothing else in this program
+// uses; unlike SIGIO it is not shared with O_ASYNC descriptors.
+const leaseSignal = syscall.Signal(40)
+
+// maxLeases bounds the descriptors held for leases; beyond it, no more
+// delegations are granted.
+const maxLeases = 1024
+
+// defaultLeaseBreak is Linux's default lease-break-time, used when the
+// sysctl cannot be read.
+const defaultLeaseBreak = 45 * time.Second
+
+type leaseWatch struct {
+	s      *Server
+	mu     sync.Mutex
+	files  map[string]*leased // by file key
+	byWD   map[int32]string   // inotify watch descriptor → file key
+	count  atomic.Int32       // len(files), read without the lock
+	inFd   int
+	in     *os.File // inFd, read through the runtime's poller
+	sig    chan os.Signal
+	kick   chan struct{}
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	within time.Duration // how long a local change waits for delegations to come back
+}
+
+// leased is a file the server holds a read lease on.
+type leased struct {
+	fd     int   // O_RDONLY, holding the lease
+	wd     int32 // its inotify watch
+	broken bool  // the lease is being broken or the file changed locally: recall
+}
+
+// newLeaseWatch starts watching for lease breaks and local changes.
+func newLeaseWatch(s *Server) (*leaseWatch, error) {
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("inotify_init1: %w", err)
+	}
+	w := &leaseWatch{s: s, files: make(map[string]*leased), byWD: make(map[int32]string), inFd: fd,
+		in: os.NewFile(uintptr(fd), "inotify"), sig: make(chan os.Signal, 1), kick: make(chan struct{}, 1),
+		stop: make(chan struct{})}
+	w.within = localRecallTime(readLeaseBreakTime(s.logf))
+	signal.Notify(w.sig, leaseSignal, syscall.SIGIO)
+	w.wg.Add(2)
+	go w.run()
+	go w.readEvents()
+	return w, nil
+}
+
+// readLeaseBreakTime reads how long the kernel holds back a local opener
+// of a leased file.
+func readLeaseBreakTime(logf func(string, ...any)) time.Duration {
+	b, err := os.ReadFile("/proc/sys/fs/lease-break-time")
+	if err == nil {
+		var n int
+		if n, err = strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n >= 0 {
+			return time.Duration(n) * time.Second
+		}
+	}
+	logf("hushfs server: reading fs.lease-break-time: %v: assuming %v", err, defaultLeaseBreak)
+	return defaultLeaseBreak
+}
+
+// localRecallTime is how long holders get to return delegations recalled
+// for a local change: less than the kernel's lease-break-time, so that
+// the delegations are revoked (and the holders told) before the kernel
+// lets the writer through on its own; the sweep revokes within a second
+// and the lease goes a moment later.
+func localRecallTime(breakTime time.Duration) time.Duration {
+	if breakTime > 6*time.Second {
+		return breakTime - 3*time.Second
+	}
+	return breakTime / 2
+}
+
+// close stops the watch and releases every lease. It runs before the
+// callbacks are waited for: a scan may send recalls.
+func (w *leaseWatch) close() {
+	close(w.stop)
+	w.in.Close() // ends readEvents
+	w.wg.Wait()
+	signal.Stop(w.sig)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for key, l := range w.files {
+		w.releaseLocked(key, l)
+	}
+}
+
+func (w *leaseWatch) run() {
+	defer w.wg.Done()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-w.sig:
+		case <-w.kick:
+		}
+		w.scan()
+	}
+}
+
+// poke asks for a scan soon (a delegation was returned, a file changed).
+func (w *leaseWatch) poke() {
+	if w == nil {
+		return
+	}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// held reports whether the server may hold any lease: changes must then
+// ask (changing) even when no delegation is held.
+func (w *leaseWatch) held() bool { return w != nil && w.count.Load() > 0 }
+
+// grant runs grantFn (v4state's grant of a delegation of n) while the
+// server holds a read lease on n's file and watches it, taking the lease
+// first if needed. A file that cannot be leased — open for writing
+// somewhere (EAGAIN), the server's own descriptor for NFS writes included
+// — gets no delegation. The lock orders the grant before any scan that
+// would see the lease broken, so no delegation outlives its lease
+// unrecalled.
+func (w *leaseWatch) grant(n *node, grantFn func() bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.files[n.key]
+	fresh := l == nil
+	if fresh {
+		if len(w.files) >= maxLeases {
+			return false
+		}
+		w.s.retireWriter(n)
+		var err error
+		if l, err = w.take(n); err != nil {
+			if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.ESTALE) {
+				w.s.logf("hushfs server: no delegation: %v", err)
+			}
+			return false
+		}
+		w.files[n.key] = l
+		w.count.Add(1)
+	} else if !l.broken && !leaseIntact(l.fd) {
+		l.broken = true
+		w.poke()
+	}
+	if !l.broken && grantFn() {
+		return true
+	}
+	if fresh {
+		w.releaseLocked(n.key, l)
+	}
+	return false
+}
+
+// leaseIntact reports whether the read lease on fd is held and not being
+// broken (a breaking lease reports what it is being broken to).
+func leaseIntact(fd int) bool {
+	t, err := unix.FcntlInt(uintptr(fd), unix.F_GETLEASE, 0)
+	return err == nil && t == unix.F_RDLCK
+}
+
+// take opens n's file for reading, leases it and watches it.
+func (w *leaseWatch) take(n *node) (*leased, error) {
+	fd, err := unix.OpenByHandleAt(w.s.mountFd, n.kh, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("opening a file to lease: %w", err)
+	}
+	fail := func(what string, err error) (*leased, error) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	// The signal first: the lease may break as soon as it is taken.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETSIG, int(leaseSignal)); err != nil {
+		return fail("F_SETSIG", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_RDLCK); err != nil {
+		return fail("F_SETLEASE", err)
+	}
+	// To the process, not the thread that took it (which may end).
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETOWN, os.Getpid()); err != nil {
+		return fail("F_SETOWN", err)
+	}
+	wd, err := unix.InotifyAddWatch(w.inFd, procFdPath(fd),
+		unix.IN_MODIFY|unix.IN_ATTRIB|unix.IN_MOVE_SELF|unix.IN_DELETE_SELF)
+	if err != nil {
+		return fail("inotify_add_watch", err)
+	}
+	w.byWD[int32(wd)] = n.key
+	return &leased{fd: fd, wd: int32(wd)}, nil
+}
+
+// releaseLocked lets the lease go (a local writer waiting for it goes
+// ahead) and stops watching the file.
+func (w *leaseWatch) releaseLocked(key string, l *leased) {
+	unix.InotifyRmWatch(w.inFd, uint32(l.wd))
+	delete(w.byWD, l.wd)
+	unix.Close(l.fd) // releases the lease
+	delete(w.files, key)
+	w.count.Add(-1)
+}
+
+// scan recalls the delegations of files whose lease is breaking or which
+// changed locally, revoking them if they are not back in time (v4state's
+// RecallAll), and releases the leases no delegation needs any more.
+func (w *leaseWatch) scan() {
+	if w == nil {
+		return
+	}
+	var recalls []v4state.Recall
+	w.mu.Lock()
+	for key, l := range w.files {
+		if !l.broken && !leaseIntact(l.fd) {
+			l.broken = true
+		}
+		if l.broken {
+			r, held := w.s.v4.state.RecallAll(key, w.within)
+			recalls = append(recalls, r...)
+			if !held {
+				w.releaseLocked(key, l)
+			}
+		} else if !w.s.v4.state.Delegated(key) {
+			w.releaseLocked(key, l)
+		}
+	}
+	w.mu.Unlock()
+	w.s.sendRecalls(recalls)
+}
+
+// changing is told that the server is about to change the file key for an
+// NFS client, other clients' delegations being gone: the lease goes first
+// (the server's own open for writing would break it and fail), and a
+// delegation the changing client holds itself, no longer backed by a
+// lease, is recalled, not waited for.
+func (w *leaseWatch) changing(key string) {
+	if !w.held() {
+		return
+	}
+	w.mu.Lock()
+	l := w.files[key]
+	if l != nil {
+		w.releaseLocked(key, l)
+	}
+	w.mu.Unlock()
+	if l != nil {
+		recalls, _ := w.s.v4.state.RecallAll(key, w.s.v4.state.Lease())
+		w.s.sendRecalls(recalls)
+	}
+}
+
+// readEvents marks the leased files inotify reports changed (renamed,
+// unlinked, linked, attributes) for recall.
+func (w *leaseWatch) readEvents() {
+	defer w.wg.Done()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := w.in.Read(buf)
+		if err != nil {
+			if !errors.Is(err, os.ErrClosed) {
+				w.s.logf("hushfs server: reading inotify events: %v", err)
+			}
+			return
+		}
+		w.mu.Lock()
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			wd := int32(binary.NativeEndian.Uint32(buf[off:]))
+			mask := binary.NativeEndian.Uint32(buf[off+4:])
+			off += unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(buf[off+12:]))
+			switch {
+			case mask&unix.IN_Q_OVERFLOW != 0:
+				// Events were lost: any file may have changed.
+				for _, l := range w.files {
+					l.broken = true
+				}
+			case mask&unix.IN_IGNORED != 0:
+			default:
+				if key, ok := w.byWD[wd]; ok {
+					w.files[key].broken = true
+				}
+			}
+		}
+		w.mu.Unlock()
+		w.poke()
+	}
+}
+
+// retireWriter makes n's descriptor open for writing, if nothing writes
+// through it now and everything written through it is synced, read-only:
+// the server's own writable descriptor, kept a few seconds after an NFS
+// write (and while clients keep using the file), would make the file
+// unleasable. The descriptor number stays valid for readers that have it
+// (dup3 replaces the open file behind it), and is closed with the node's
+// other descriptors; the next write opens another.
+func (s *Server) retireWriter(n *node) {
+	if n.io == nil || n.unsynced() || s.hasLatched(n) {
+		return
+	}
+	n.omu.Lock()
+	defer n.omu.Unlock()
+	if n.rwFd < 0 || n.writers > 0 {
+		return
+	}
+	ro, err := unix.OpenByHandleAt(s.mountFd, n.kh, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK)
+	if err != nil {
+		return
+	}
+	err = unix.Dup3(ro, n.rwFd, unix.O_CLOEXEC)
+	unix.Close(ro)
+	if err != nil {
+		s.logf("hushfs server: making the written descriptor of inode %d read-only: %v", n.ino, err)
+		return
+	}
+	if n.rdFd < 0 {
+		n.rdFd = n.rwFd
+	} else {
+		n.retired = append(n.retired, n.rwFd)
+	}
+	n.rwFd = -1
+	n.io.descriptorsClosed() // advice was given to the open file replaced
+}
