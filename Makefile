@@ -43,7 +43,7 @@ soak-quick:
 # general, special, lock) against hushfs serve, and pjdfstest and cthon04
 # (no lock group yet) on a vers=4.1 mount of ganesha, all five at once. Any
 # failure but the listed expected ones (test/conformance/expected_test.go)
-# fails CI; the summary names every failure. About 6 minutes.
+# fails CI; the summary names every failure. About 5 minutes.
 CONFORMANCE_DIR ?= $(CURDIR)/../shared/conformance
 
 conformance: deps
