@@ -41,9 +41,10 @@ soak-quick:
 # The conformance suites, built from their tarballs in a scratch directory:
 # pjdfstest whole against hushfs serve and against ganesha, cthon04 (basic,
 # general, special, lock) against hushfs serve, pynfs's NFSv4.1 server tests
-# against hushfs serve, all four at once. Any failure but the listed expected
+# against hushfs serve, and pjdfstest and cthon04 (no lock group yet) on a
+# vers=4.1 mount of ganesha, all at once. Any failure but the listed expected
 # ones (test/conformance/expected_test.go) fails CI; the summary names every
-# failure. About 4 minutes.
+# failure. About 5 minutes.
 CONFORMANCE_DIR ?= $(CURDIR)/../shared/conformance
 
 conformance: deps

@@ -15,7 +15,8 @@ import (
 const fsxSeedEnv = "HUSHFS_FSX_SEED"
 
 // TestFSX runs the fsx-style exerciser on one file through a hushfs mount of
-// each server: 10,000 random writes, truncates, reads, mapped reads, fsyncs
+// each server (ganesha over NFSv3 and NFSv4.1, hushfs serve), with another
+// client changing the file on the server between close and open: 10,000 random writes, truncates, reads, mapped reads, fsyncs
 // and reopens, each checked against the exerciser's model. The file left
 // behind must also be byte for byte the one the same seed leaves in a local
 // file, and the one on the server's disk.
@@ -62,6 +63,12 @@ func TestFSX(t *testing.T) {
 		mnt := t.TempDir()
 		// No ports given: the mount asks ganesha's rpcbind for them.
 		harness.StartMount(t, harness.MountSpec{Bin: bin, Server: g.Addr, Export: g.ExportPath, Dir: mnt, NS: g.NS})
+		check(t, mnt, g.ExportDir)
+	})
+	t.Run("ganesha-v4.1", func(t *testing.T) {
+		g := harness.StartGanesha(t, harness.GaneshaOptions{NFSv4: true})
+		mnt := t.TempDir()
+		harness.MountGaneshaV41(t, bin, g, mnt, "")
 		check(t, mnt, g.ExportDir)
 	})
 	t.Run("hushfs-serve", func(t *testing.T) {

@@ -284,6 +284,9 @@ func TestNFSv41ReaddirGanesha(t *testing.T) {
 		must(t, "stat", syscall.Lstat(p, &st))
 		want[name] = st
 	}
+	var bigSt, rootSt syscall.Stat_t
+	must(t, "stat", syscall.Lstat(big, &bigSt))
+	must(t, "stat", syscall.Lstat(g.ExportDir, &rootSt))
 	seen := &v41calls{}
 	srv, exp := mountV41(t, g, seen)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -291,6 +294,27 @@ func TestNFSv41ReaddirGanesha(t *testing.T) {
 	c := &proto.Cred{}
 	l, err := srv.Lookup(ctx, c, exp.Root, "big")
 	okStatus(t, "lookup big", err, l.Status)
+
+	// Read on from "." and from "..": ".." and then the server's entries
+	// from its start; the server's entries.
+	for _, from := range []uint64{1, 2} {
+		res, err := srv.ReadDir(ctx, c, proto.ReadDirArgs{Dir: l.FH, Cookie: from, Count: 1024, MaxCount: 1024})
+		okStatus(t, "readdir from a dot", err, res.Status)
+		names := []string{}
+		for _, e := range res.Entries[:3] {
+			names = append(names, string(e.Name))
+		}
+		if _, ok := want[names[2]]; !ok || (from == 1) != (names[0] == "..") || (from == 2) != (names[0] != "..") {
+			t.Fatalf("listing from cookie %d begins %q", from, names)
+		}
+	}
+	// At the export's root, ".." is the root itself.
+	res, err := srv.ReadDir(ctx, c, proto.ReadDirArgs{Dir: exp.Root, Count: 1024, MaxCount: 1024})
+	okStatus(t, "readdir of the root", err, res.Status)
+	if len(res.Entries) < 2 || string(res.Entries[1].Name) != ".." || res.Entries[1].Fileid != rootSt.Ino || res.Entries[0].Fileid != rootSt.Ino {
+		t.Fatalf("the root's listing begins %+v", res.Entries[:min(2, len(res.Entries))])
+	}
+
 	for _, plus := range []bool{false, true} {
 		seen.take()
 		got := map[string]bool{}
@@ -305,8 +329,19 @@ func TestNFSv41ReaddirGanesha(t *testing.T) {
 			}
 			okStatus(t, "readdir", err, res.Status)
 			pages++
-			for _, e := range res.Entries {
+			for i, e := range res.Entries {
 				name := string(e.Name)
+				if pages == 1 && i < 2 {
+					// The listing begins with "." and "..", which v4 servers
+					// do not send: the directory and its parent.
+					dot := [2]string{".", ".."}[i]
+					ino := [2]uint64{bigSt.Ino, rootSt.Ino}[i]
+					if name != dot || e.Cookie != uint64(i+1) || e.Fileid != ino || e.Attr.Present || e.FH.Present {
+						t.Fatalf("entry %d: %q cookie %d fileid %d, want %q cookie %d fileid %d, no attributes", i, name, e.Cookie, e.Fileid, dot, i+1, ino)
+					}
+					a.Cookie = e.Cookie
+					continue
+				}
 				st, ok := want[name]
 				if !ok || got[name] {
 					t.Fatalf("entry %q: unknown or seen twice", name)
@@ -347,5 +382,49 @@ func TestNFSv41ReaddirGanesha(t *testing.T) {
 		if len(calls) != pages {
 			t.Errorf("%d calls for %d pages", len(calls), pages)
 		}
+	}
+}
+
+// TestNFSv41RemoveUnreadableType removes a device whose type ganesha can
+// no longer read (FSAL VFS answers INVAL for a device once the name it
+// first saw is gone): unlink checks the type in its COMPOUND, and when the
+// server cannot tell it, removes the name without the check; rmdir never
+// removes what it could not see to be a directory.
+func TestNFSv41RemoveUnreadableType(t *testing.T) {
+	g := harness.StartGanesha(t, harness.GaneshaOptions{NFSv4: true})
+	must(t, "mkdir", os.Mkdir(filepath.Join(g.ExportDir, "d"), 0o755))
+	seen := &v41calls{}
+	srv, exp := mountV41(t, g, seen)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := &proto.Cred{}
+	l, err := srv.Lookup(ctx, c, exp.Root, "d")
+	okStatus(t, "lookup d", err, l.Status)
+	for _, name := range []string{"a", "c"} {
+		cr, err := srv.Mknod(ctx, c, l.FH, name, proto.TypeChr, proto.SetAttrs{SetMode: true, Mode: 0o644}, proto.Device{Major: 1, Minor: 2})
+		okStatus(t, "mknod", err, cr.Status)
+		ln, err := srv.Link(ctx, c, cr.FH.FH, l.FH, name+"2")
+		okStatus(t, "link", err, ln.Status)
+		rm, err := srv.Remove(ctx, c, l.FH, name)
+		okStatus(t, "remove the first name", err, rm.Status)
+		if ga, err := srv.GetAttr(ctx, c, cr.FH.FH); err != nil || ga.Status == nil {
+			t.Fatalf("ganesha reads the device's attributes again (%v, %v): this test no longer tests anything", err, ga.Status)
+		}
+	}
+	seen.take()
+	rm, err := srv.Remove(ctx, c, l.FH, "a2")
+	okStatus(t, "unlink of the device left", err, rm.Status)
+	if calls := seen.take(); fmt.Sprint(calls) != "[REMOVE REMOVE]" {
+		t.Errorf("calls %v, want the checked REMOVE and the unchecked one", calls)
+	}
+	if _, err := os.Lstat(filepath.Join(g.ExportDir, "d", "a2")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after unlink the server holds a2: %v", err)
+	}
+	rd, err := srv.Rmdir(ctx, c, l.FH, "c2")
+	if err != nil || rd.Status == nil {
+		t.Errorf("rmdir of a device: %v, %v; want a failure", err, rd.Status)
+	}
+	if _, err := os.Lstat(filepath.Join(g.ExportDir, "d", "c2")); err != nil {
+		t.Errorf("rmdir of a device removed it: %v", err)
 	}
 }

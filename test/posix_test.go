@@ -16,10 +16,11 @@ import (
 	"hushfs/test/harness"
 )
 
-// TestPOSIX runs one POSIX behaviour suite through a hushfs mount twice:
-// against nfs-ganesha (in its namespace; the mount daemon's sockets are
-// there too) and against `hushfs serve`. Every result is checked through
-// the mount and, where it means something, on the server's disk.
+// TestPOSIX runs one POSIX behaviour suite through a hushfs mount three
+// times: against nfs-ganesha over NFSv3 and over NFSv4.1 (in its
+// namespace; the mount daemon's sockets are there too) and against
+// `hushfs serve`. Every result is checked through the mount and, where it
+// means something, on the server's disk.
 func TestPOSIX(t *testing.T) {
 	requireMountTools(t)
 	bin := harness.BuildHushfs(t)
@@ -30,6 +31,13 @@ func TestPOSIX(t *testing.T) {
 		mkdirs(t, export, mnt)
 		g := harness.StartGanesha(t, harness.GaneshaOptions{ExportDir: export})
 		harness.MountGanesha(t, bin, g, mnt, "allow_other")
+		runPOSIXSuite(t, mnt, export)
+	})
+	t.Run("ganesha-v4.1", func(t *testing.T) {
+		export, mnt := filepath.Join(base, "ganesha-v41-export"), filepath.Join(base, "ganesha-v41-mnt")
+		mkdirs(t, export, mnt)
+		g := harness.StartGanesha(t, harness.GaneshaOptions{ExportDir: export, NFSv4: true})
+		harness.MountGaneshaV41(t, bin, g, mnt, "allow_other")
 		runPOSIXSuite(t, mnt, export)
 	})
 	t.Run("hushfs-serve", func(t *testing.T) {

@@ -140,6 +140,14 @@ func MountGanesha(t T, bin string, g *Ganesha, dir, opts string) *Mount {
 		Options: joinOpts(fmt.Sprintf("port=%d,mountport=%d", g.NFSPort, g.MountPort), opts), NS: g.NS})
 }
 
+// MountGaneshaV41 mounts ganesha's export over NFSv4.1 (vers=4.1) from
+// inside its namespace; ganesha must serve NFSv4 (GaneshaOptions.NFSv4).
+func MountGaneshaV41(t T, bin string, g *Ganesha, dir, opts string) *Mount {
+	t.Helper()
+	return StartMount(t, MountSpec{Bin: bin, Server: g.Addr, Export: g.ExportPath, Dir: dir,
+		Options: joinOpts(fmt.Sprintf("vers=4.1,port=%d", g.NFSPort), opts), NS: g.NS})
+}
+
 func joinOpts(a, b string) string {
 	if b == "" {
 		return a

@@ -27,6 +27,8 @@ var (
 	// spaceAttrs are FSSTAT's.
 	spaceAttrs = fileAttrs.Or(nfs4.NewBitmap(nfs4.AttrSpaceTotal, nfs4.AttrSpaceFree, nfs4.AttrSpaceAvail,
 		nfs4.AttrFilesTotal, nfs4.AttrFilesFree, nfs4.AttrFilesAvail))
+	// fileidAttr is the fileid alone (a directory's parent, for "..").
+	fileidAttr = nfs4.NewBitmap(nfs4.AttrFileid)
 	// typeAttr is the file type alone (VERIFY before a REMOVE).
 	typeAttr = nfs4.NewBitmap(nfs4.AttrType)
 )

@@ -1,6 +1,7 @@
 package nfsv41
 
 import (
+	"bytes"
 	"context"
 	"syscall"
 
@@ -152,20 +153,41 @@ func (s *Server) remove(ctx context.Context, c *proto.Cred, proc string, dir pro
 	if err != nil {
 		return proto.RemoveRes{}, err
 	}
-	pre, _ := r.attrs(1)
-	out := proto.RemoveRes{Status: statusErr(r.status(5)), DirWcc: failedWcc(pre)}
 	switch st := r.status(3); {
 	case r.at(3) == nil: // the lookup failed: that is the answer
 	case check == nfs4.OpNverify && st == nfs4.ErrSame:
-		out.Status = proto.Error{Errno: syscall.EISDIR, Name: "NFS4ERR_SAME (a directory)"}
+		pre, _ := r.attrs(1)
+		return proto.RemoveRes{Status: proto.Error{Errno: syscall.EISDIR, Name: "NFS4ERR_SAME (a directory)"}, DirWcc: failedWcc(pre)}, nil
 	case check == nfs4.OpVerify && st == nfs4.ErrNotSame:
-		out.Status = proto.Error{Errno: syscall.ENOTDIR, Name: "NFS4ERR_NOT_SAME (not a directory)"}
+		pre, _ := r.attrs(1)
+		return proto.RemoveRes{Status: proto.Error{Errno: syscall.ENOTDIR, Name: "NFS4ERR_NOT_SAME (not a directory)"}, DirWcc: failedWcc(pre)}, nil
+	case check == nfs4.OpNverify && st != nfs4.OK:
+		// The server could not read the file's type (ganesha answers
+		// INVAL for a device or socket whose first name is gone, a bug
+		// of its own): unlink removes it without the check. At worst
+		// that removes an empty directory where EISDIR was due; never
+		// data, and the kernel refuses unlink of a directory it knows.
+		// rmdir gets the error instead: it must never remove a file.
+		r, err = s.compound(ctx, c, proc, []nfs4.Argop{putfh(dir), getattr(fileAttrs),
+			{Op: nfs4.OpRemove, Args: &nfs4.RemoveArgs{Target: []byte(name)}}, getattr(fileAttrs)})
+		if err != nil {
+			return proto.RemoveRes{}, err
+		}
+		return removeRes(r, 1, 2), nil
 	}
-	if rm, ok := r.at(5).(*nfs4.RemoveRes); ok && rm.Status == nfs4.OK {
-		dirAttr, _ := r.attrs(6)
-		out.DirWcc = wccOf(&rm.CInfo, pre, dirAttr)
+	return removeRes(r, 1, 5), nil
+}
+
+// removeRes reads a REMOVE COMPOUND's answer: the directory's GETATTR at
+// pre, REMOVE at rm and its GETATTR right after.
+func removeRes(r *reply, pre, rm int) proto.RemoveRes {
+	before, _ := r.attrs(pre)
+	out := proto.RemoveRes{Status: statusErr(r.status(rm)), DirWcc: failedWcc(before)}
+	if res, ok := r.at(rm).(*nfs4.RemoveRes); ok && res.Status == nfs4.OK {
+		dirAttr, _ := r.attrs(rm + 1)
+		out.DirWcc = wccOf(&res.CInfo, before, dirAttr)
 	}
-	return out, nil
+	return out
 }
 
 // Rename: the source directory is the saved handle, the target the
@@ -217,10 +239,32 @@ func (s *Server) ReadDirPlus(ctx context.Context, c *proto.Cred, a proto.ReadDir
 	return s.readDir(ctx, c, "READDIRPLUS", a, plusAttrs, a.MaxCount)
 }
 
+// NFSv4's READDIR lists neither "." nor ".." (RFC 8881 §18.23.4), which
+// readdir(3) callers expect (cthon04's basic test6 counts them, ls -a
+// shows them). As the Linux client does, a listing begins with both, made
+// here: "." at cookie 1 and ".." at cookie 2, values the RFC reserves (no
+// server hands them out); reading on from either reads the server from
+// its start. Their fileids are the directory's and, by LOOKUPP in the same
+// COMPOUND, its parent's (the export's root is its own parent, as a mount
+// point's ".." is in the mount).
+const (
+	cookieDot    = 1
+	cookieDotDot = 2
+)
+
 func (s *Server) readDir(ctx context.Context, c *proto.Cred, proc string, a proto.ReadDirArgs, want nfs4.Bitmap, maxCount uint32) (proto.ReadDirRes, error) {
 	args := &nfs4.ReaddirArgs{Cookie: a.Cookie, CookieVerf: nfs4.Verifier(a.Verf), DirCount: a.Count,
 		MaxCount: max(maxCount, a.Count), AttrRequest: want}
-	r, err := s.compound(ctx, c, proc, []nfs4.Argop{putfh(a.Dir), {Op: nfs4.OpReaddir, Args: args}, getattr(fileAttrs)})
+	dots := a.Cookie <= cookieDotDot
+	if dots {
+		args.Cookie, args.CookieVerf = 0, nfs4.Verifier{}
+	}
+	ops := []nfs4.Argop{putfh(a.Dir), {Op: nfs4.OpReaddir, Args: args}, getattr(fileAttrs)}
+	parent := dots && a.Cookie < cookieDotDot && !bytes.Equal(a.Dir, s.root)
+	if parent {
+		ops = append(ops, nfs4.Argop{Op: nfs4.OpLookupP}, getattr(fileidAttr))
+	}
+	r, err := s.compound(ctx, c, proc, ops)
 	if err != nil {
 		return proto.ReadDirRes{}, err
 	}
@@ -238,9 +282,25 @@ func (s *Server) readDir(ctx context.Context, c *proto.Cred, proc string, a prot
 		return out, nil
 	}
 	out.Verf, out.EOF = proto.Verf(rd.CookieVerf), rd.EOF
-	out.Entries = make([]proto.DirEntry, len(rd.Entries))
+	out.Entries = make([]proto.DirEntry, 0, 2+len(rd.Entries))
+	if dots {
+		self := out.DirAttr.Attr.Fileid
+		up := self
+		if parent {
+			if g, ok := r.at(4).(*nfs4.GetattrRes); ok && g.Status == nfs4.OK && g.Attrs.Mask.Has(nfs4.AttrFileid) {
+				up = g.Attrs.Fileid
+			}
+		}
+		if a.Cookie == 0 {
+			out.Entries = append(out.Entries, proto.DirEntry{Name: []byte("."), Cookie: cookieDot, Fileid: self})
+		}
+		if a.Cookie < cookieDotDot {
+			out.Entries = append(out.Entries, proto.DirEntry{Name: []byte(".."), Cookie: cookieDotDot, Fileid: up})
+		}
+	}
 	for i := range rd.Entries {
-		e, f := &out.Entries[i], &rd.Entries[i].Attrs
+		out.Entries = append(out.Entries, proto.DirEntry{})
+		e, f := &out.Entries[len(out.Entries)-1], &rd.Entries[i].Attrs
 		e.Name, e.Cookie, e.Fileid = rd.Entries[i].Name, rd.Entries[i].Cookie, f.Fileid
 		if f.Mask.Has(nfs4.AttrRdattrError) && f.RdattrError != nfs4.OK {
 			continue // no attributes for this one: the core looks it up

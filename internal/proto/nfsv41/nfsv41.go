@@ -58,6 +58,8 @@ type Server struct {
 	// owner is the open owner of the OPENs that create files: one for the
 	// mount, since each OPEN is closed in its own COMPOUND.
 	owner []byte
+	// root is the export's root handle (a listing's ".." there is itself).
+	root proto.FH
 
 	creds rpc.SysCreds // encoded AUTH_SYS per identity
 }
@@ -114,6 +116,7 @@ func Mount(ctx context.Context, cfg Config, self *proto.Cred) (*Server, proto.Ex
 		s.Close()
 		return nil, proto.Export{}, fmt.Errorf("mounting %s:%s: %w", cfg.Server, cfg.Export, err)
 	}
+	s.root = exp.Root
 	return s, exp, nil
 }
 
