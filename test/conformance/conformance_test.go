@@ -230,7 +230,7 @@ func report(w io.Writer, results []suiteResult, exp []expectation) (unexpected i
 			var parts []string
 			for _, k := range []string{"NFSv3", "NFSv4.1 client", "ganesha bug", "not implemented", "by design"} {
 				if n := kinds[k]; n > 0 {
-					if k == "ganesha bug" {
+					if k == "ganesha bug" && n > 1 {
 						k = "ganesha bugs"
 					}
 					parts = append(parts, fmt.Sprintf("%d %s", n, k))
