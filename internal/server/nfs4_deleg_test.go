@@ -27,6 +27,7 @@ type cbClient struct {
 	recalls        chan nfs4.Stateid
 
 	// getattr, if set, answers CB_GETATTR (else NOTSUPP) and is counted.
+	gmu      sync.Mutex
 	getattr  func() nfs4.Fattr
 	getattrs chan struct{}
 
@@ -75,12 +76,15 @@ func (h *cbClient) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) (
 				}()
 			}
 		case *nfs4.CBGetattrArgs:
-			if h.getattr == nil {
+			h.gmu.Lock()
+			getattr := h.getattr
+			h.gmu.Unlock()
+			if getattr == nil {
 				res.Status = nfs4.ErrNotSupp
 				res.Results = append(res.Results, nfs4.CBResop{Op: op.Op, Res: &nfs4.CBGetattrRes{Status: nfs4.ErrNotSupp}})
 				break
 			}
-			f := h.getattr()
+			f := getattr()
 			f.Mask = a.AttrRequest
 			res.Results = append(res.Results, nfs4.CBResop{Op: op.Op, Res: &nfs4.CBGetattrRes{Status: nfs4.OK, Attrs: f}})
 			h.getattrs <- struct{}{}
@@ -285,4 +289,10 @@ func TestV4NoDelegationWithoutCallbacks(t *testing.T) {
 	if o, _ := v.openDeleg(nfs4.FH(e.srv.RootHandle()), "f"); o.Delegation.Type == nfs4.DelegateRead {
 		t.Fatal("a client whose CB_NULL failed got a delegation")
 	}
+}
+
+func (h *cbClient) setGetattr(f func() nfs4.Fattr) {
+	h.gmu.Lock()
+	defer h.gmu.Unlock()
+	h.getattr = f
 }

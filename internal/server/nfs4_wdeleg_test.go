@@ -151,7 +151,7 @@ func TestV4WriteDelegationCBGetattr(t *testing.T) {
 	a, h := e.v4cb(true, false)
 	b := e.v4(0, 0)
 	_, fh := writeDelegated(t, e, a, "f")
-	h.getattr = func() nfs4.Fattr { return nfs4.Fattr{Size: 12345, Change: 7} }
+	h.setGetattr(func() nfs4.Fattr { return nfs4.Fattr{Size: 12345, Change: 7} })
 
 	r := b.must(putFH(fh), getattrOp(nfs4.AttrSize, nfs4.AttrChange))
 	got := attrsOf(r.Results[1].Res)
@@ -176,7 +176,7 @@ func TestV4WriteDelegationCBGetattr(t *testing.T) {
 	default:
 	}
 
-	h.getattr = nil // CB_GETATTR answered NOTSUPP: recall
+	h.setGetattr(nil) // CB_GETATTR answered NOTSUPP: recall
 	b.fails(nfs4.ErrDelay, 1, putFH(fh), getattrOp(nfs4.AttrSize))
 	recallOf(t, h)
 	untilOK(t, b, putFH(fh), getattrOp(nfs4.AttrSize))
