@@ -75,11 +75,20 @@ type leaseWatch struct {
 	within time.Duration // how long a local change waits for delegations to come back
 }
 
-// leased is a file the server holds a read lease on.
+// leased is a file the server holds a lease on.
 type leased struct {
-	fd     int   // O_RDONLY, holding the lease
+	fd     int   // holding the lease: O_RDONLY, or for a write lease a dup of the node's O_RDWR one
 	wd     int32 // its inotify watch
+	write  bool  // a write lease (F_WRLCK): any local open breaks it
 	broken bool  // the lease is being broken or the file changed locally: recall
+}
+
+// leaseType is the lease l holds while intact.
+func (l *leased) leaseType() int {
+	if l.write {
+		return unix.F_WRLCK
+	}
+	return unix.F_RDLCK
 }
 
 // newLeaseWatch starts watching for lease breaks and local changes.
@@ -193,7 +202,7 @@ func (w *leaseWatch) grant(n *node, grantFn func() bool) bool {
 		}
 		w.files[n.key] = l
 		w.count.Add(1)
-	} else if !l.broken && !leaseIntact(l.fd) {
+	} else if !l.broken && !leaseIntact(l.fd, l.leaseType()) {
 		l.broken = true
 		w.poke()
 	}
@@ -206,11 +215,106 @@ func (w *leaseWatch) grant(n *node, grantFn func() bool) bool {
 	return false
 }
 
-// leaseIntact reports whether the read lease on fd is held and not being
-// broken (a breaking lease reports what it is being broken to).
-func leaseIntact(fd int) bool {
+// leaseIntact reports whether the lease of type typ on fd is held and not
+// being broken (a breaking lease reports what it is being broken to).
+func leaseIntact(fd, typ int) bool {
 	t, err := unix.FcntlInt(uintptr(fd), unix.F_GETLEASE, 0)
-	return err == nil && t == unix.F_RDLCK
+	return err == nil && t == typ
+}
+
+// grantWrite is grant for a write delegation: the server takes a write
+// lease on n's file, which Linux grants only when no other open file
+// description of it exists (the server's own included) and which any
+// local open breaks. A file already leased (a read delegation, or a lease
+// not yet released) gets none.
+func (w *leaseWatch) grantWrite(n *node, grantFn func() bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.files[n.key] != nil || len(w.files) >= maxLeases {
+		return false
+	}
+	l, err := w.takeWrite(n)
+	if err != nil {
+		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.ESTALE) {
+			w.s.logf("hushfs server: no write delegation: %v", err)
+		}
+		return false
+	}
+	w.files[n.key] = l
+	w.count.Add(1)
+	if grantFn() {
+		return true
+	}
+	w.releaseLocked(n.key, l)
+	return false
+}
+
+// takeWrite write-leases n's file through the node's own descriptor open
+// for reading and writing: the holder's READs, WRITEs and COMMITs go
+// through it without breaking the lease, where a new open would. The
+// node's other descriptors are made the same open file (dup3) first,
+// since each would stop the lease; n must be pinned (open by the
+// holder), so the descriptors stay while the lease does.
+func (w *leaseWatch) takeWrite(n *node) (*leased, error) {
+	n.omu.Lock()
+	defer n.omu.Unlock()
+	if n.writers > 0 {
+		return nil, unix.EAGAIN
+	}
+	if n.rwFd < 0 {
+		fd, err := unix.OpenByHandleAt(w.s.mountFd, n.kh, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK)
+		if err != nil {
+			return nil, fmt.Errorf("opening a file to write-lease: %w", err)
+		}
+		n.rwFd = fd
+		w.s.cache.openCount.Add(1)
+	}
+	replaced := false
+	for _, p := range append([]*int{&n.rdFd}, pointersTo(n.retired)...) {
+		if *p >= 0 && *p != n.rwFd {
+			if err := unix.Dup3(n.rwFd, *p, unix.O_CLOEXEC); err != nil {
+				return nil, fmt.Errorf("dup3 of a descriptor to write-lease: %w", err)
+			}
+			replaced = true
+		}
+	}
+	if replaced && n.io != nil {
+		n.io.descriptorsClosed() // advice was given to the open files replaced
+	}
+	if _, err := unix.FcntlInt(uintptr(n.rwFd), unix.F_SETSIG, int(leaseSignal)); err != nil {
+		return nil, fmt.Errorf("F_SETSIG: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(n.rwFd), unix.F_SETLEASE, unix.F_WRLCK); err != nil {
+		return nil, fmt.Errorf("F_SETLEASE F_WRLCK: %w", err)
+	}
+	unlock := func(what string, err error) (*leased, error) {
+		unix.FcntlInt(uintptr(n.rwFd), unix.F_SETLEASE, unix.F_UNLCK)
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(n.rwFd), unix.F_SETOWN, os.Getpid()); err != nil {
+		return unlock("F_SETOWN", err)
+	}
+	fd, err := unix.FcntlInt(uintptr(n.rwFd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return unlock("F_DUPFD_CLOEXEC", err)
+	}
+	// No IN_MODIFY: the holder's own writes go through the leased file,
+	// and a local writer must open the file, which breaks the lease.
+	wd, err := unix.InotifyAddWatch(w.inFd, procFdPath(fd), unix.IN_ATTRIB|unix.IN_MOVE_SELF|unix.IN_DELETE_SELF)
+	if err != nil {
+		unix.Close(fd)
+		return unlock("inotify_add_watch", err)
+	}
+	w.byWD[int32(wd)] = n.key
+	return &leased{fd: fd, wd: int32(wd), write: true}, nil
+}
+
+func pointersTo(fds []int) []*int {
+	ps := make([]*int, len(fds))
+	for i := range fds {
+		ps[i] = &fds[i]
+	}
+	return ps
 }
 
 // take opens n's file for reading, leases it and watches it.
@@ -248,7 +352,12 @@ func (w *leaseWatch) take(n *node) (*leased, error) {
 func (w *leaseWatch) releaseLocked(key string, l *leased) {
 	unix.InotifyRmWatch(w.inFd, uint32(l.wd))
 	delete(w.byWD, l.wd)
-	unix.Close(l.fd) // releases the lease
+	if l.write {
+		// The node's descriptors share the leased open file: closing
+		// this one alone would leave the lease.
+		unix.FcntlInt(uintptr(l.fd), unix.F_SETLEASE, unix.F_UNLCK)
+	}
+	unix.Close(l.fd) // releases a read lease
 	delete(w.files, key)
 	w.count.Add(-1)
 }
@@ -263,7 +372,7 @@ func (w *leaseWatch) scan() {
 	var recalls []v4state.Recall
 	w.mu.Lock()
 	for key, l := range w.files {
-		if !l.broken && !leaseIntact(l.fd) {
+		if !l.broken && !leaseIntact(l.fd, l.leaseType()) {
 			l.broken = true
 		}
 		if l.broken {
@@ -291,6 +400,12 @@ func (w *leaseWatch) changing(key string) {
 	}
 	w.mu.Lock()
 	l := w.files[key]
+	if l != nil && l.write && !l.broken && w.s.v4.state.Delegated(key) {
+		// The holder of the write delegation changes the file through
+		// the leased descriptor: the lease stays.
+		w.mu.Unlock()
+		return
+	}
 	if l != nil {
 		w.releaseLocked(key, l)
 	}

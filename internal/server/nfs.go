@@ -85,6 +85,9 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
 		}
+		if !s.mayRead3(a.File) {
+			return (&nfs3.ReadRes{Status: nfs3.ErrJukebox}).Append(reply), nil
+		}
 		return s.read(&id, &a, reply), nil
 	case nfs3.ProcWrite:
 		var a nfs3.WriteArgs

@@ -163,6 +163,11 @@ func (c *compound) getattr(a *nfs4.GetattrArgs) nfs4.Status {
 	if st := c.fattr(a.AttrRequest, &o, &res.Attrs); st != nfs4.OK {
 		return c.status(st)
 	}
+	if o.n != nil {
+		if st := c.holderAttrs(o.n, a.AttrRequest, &res.Attrs); st != nfs4.OK {
+			return c.status(st)
+		}
+	}
 	c.reply = res.Append(c.reply)
 	return nfs4.OK
 }

@@ -1,7 +1,10 @@
 package server
 
 import (
+	"math"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"hushfs/internal/nfs4"
 	"hushfs/internal/rpc"
@@ -155,6 +158,22 @@ func (c *compound) mayChangeName(dir *node, name []byte) nfs4.Status {
 	return nfs4.OK
 }
 
+// mayRead is asked before this compound's client opens or reads the file
+// key: another client's write delegation of it is recalled, and while it
+// is held the read is NFS4ERR_DELAY (its holder may have written data the
+// server has not seen).
+func (c *compound) mayRead(key string) nfs4.Status {
+	if !c.s.v4.state.HasDelegations() {
+		return nfs4.OK
+	}
+	recalls, wait := c.s.v4.state.ReadConflicts(key, c.client)
+	c.s.sendRecalls(recalls)
+	if wait {
+		return nfs4.ErrDelay
+	}
+	return nfs4.OK
+}
+
 // mayChange3 is asked before an NFSv3 client changes the file with handle
 // fh: delegations of it are recalled and waited for, a little; false means
 // they are still held (JUKEBOX).
@@ -163,14 +182,27 @@ func (s *Server) mayChange3(fh []byte) bool {
 		s.v4.leases.changing(string(fh))
 		return true
 	}
-	recalls, wait := s.v4.state.Conflicts(string(fh), nil)
+	ok := s.wait3(fh, s.v4.state.Conflicts)
+	if ok {
+		s.v4.leases.changing(string(fh))
+	}
+	return ok
+}
+
+// mayRead3 is mayChange3 for an NFSv3 READ: write delegations of the file
+// are recalled and waited for.
+func (s *Server) mayRead3(fh []byte) bool {
+	return !s.v4.state.HasDelegations() || s.wait3(fh, s.v4.state.ReadConflicts)
+}
+
+// wait3 recalls what conflicts finds and waits a little for it to be
+// returned; false means it is still held.
+func (s *Server) wait3(fh []byte, conflicts func(string, *v4state.Client) ([]v4state.Recall, bool)) bool {
+	recalls, wait := conflicts(string(fh), nil)
 	s.sendRecalls(recalls)
 	for deadline := time.Now().Add(v3RecallWait); wait && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
-		_, wait = s.v4.state.Conflicts(string(fh), nil)
-	}
-	if !wait {
-		s.v4.leases.changing(string(fh))
+		_, wait = conflicts(string(fh), nil)
 	}
 	return !wait
 }
@@ -228,4 +260,137 @@ func (c *compound) grantRead(n *node, access, deny, want uint32) nfs4.OpenDelega
 	// the client asks ACCESS).
 	return nfs4.OpenDelegation{Type: nfs4.DelegateRead, Stateid: sid,
 		Permissions: nfs4.ACE{Type: 0, AccessMask: 0, Who: []byte("EVERYONE@")}}
+}
+
+// grantWrite is the open_delegation4 of an OPEN for writing of n: a write
+// delegation when the client wants one (or leaves it to us), no other
+// client has the file open or delegated, and the server can write-lease
+// it (no local process has it open).
+func (c *compound) grantWrite(n *node, deny, want uint32) nfs4.OpenDelegation {
+	if !c.s.v4.delegations || deny != nfs4.ShareDenyNone ||
+		(want != nfs4.ShareAccessWantNoPreference && want != nfs4.ShareAccessWantWriteDeleg && want != nfs4.ShareAccessWantAnyDeleg) {
+		return noDelegation(want)
+	}
+	var sid nfs4.Stateid
+	ok := c.s.v4.leases.grantWrite(n, func() (ok bool) {
+		sid, ok = c.s.v4.state.GrantWrite(c.client, n.key)
+		return ok
+	})
+	if !ok {
+		return noDelegation(want)
+	}
+	return nfs4.OpenDelegation{Type: nfs4.DelegateWrite, Stateid: sid, SpaceLimit: c.s.spaceLimit(n),
+		Permissions: nfs4.ACE{Type: 0, AccessMask: 0, Who: []byte("EVERYONE@")}}
+}
+
+// spaceLimit is the nfs_space_limit4 of a write delegation of n: the file
+// may grow by the space free to unprivileged users now without the
+// holder flushing first (RFC 8881 §10.4.1), since nothing reserves it.
+func (s *Server) spaceLimit(n *node) nfs4.SpaceLimit {
+	var st unix.Stat_t
+	var fs unix.Statfs_t
+	if unix.Fstat(n.fd, &st) != nil || unix.Fstatfs(n.fd, &fs) != nil {
+		return nfs4.SpaceLimit{LimitBy: nfs4.LimitSize, FileSize: 0}
+	}
+	free := fs.Bavail * uint64(fs.Bsize)
+	limit := uint64(st.Size) + free
+	if limit > math.MaxInt64 || limit < free {
+		limit = math.MaxInt64
+	}
+	return nfs4.SpaceLimit{LimitBy: nfs4.LimitSize, FileSize: limit}
+}
+
+// cbGetattrWait bounds how long a GETATTR waits for a write delegation's
+// holder to answer CB_GETATTR before recalling the delegation instead.
+const cbGetattrWait = 2 * time.Second
+
+// holderAttrs serves another client's GETATTR of the size or change of a
+// write-delegated file: the holder is asked (CB_GETATTR, RFC 8881
+// §10.4.3) and its size reported, with the change attribute moved on by
+// each change the holder's answers showed. A holder that cannot answer
+// has its delegation recalled (NFS4ERR_DELAY meanwhile).
+func (c *compound) holderAttrs(n *node, mask nfs4.Bitmap, f *nfs4.Fattr) nfs4.Status {
+	if !c.s.v4.state.HasDelegations() || !n.isReg() || (!mask.Has(nfs4.AttrSize) && !mask.Has(nfs4.AttrChange)) {
+		return nfs4.OK
+	}
+	r, held, recalled := c.s.v4.state.WriteHolder(n.key, c.client)
+	switch {
+	case !held:
+		return nfs4.OK
+	case recalled:
+		return nfs4.ErrDelay
+	}
+	attrs, ok := c.s.cbGetattr(r)
+	if ok {
+		if bumps, ok := c.s.v4.state.HolderAnswered(r.Stateid, attrs.Change, attrs.Size); ok {
+			if attrs.Size != f.Size || bumps > 0 {
+				f.Change += bumps + 1
+			}
+			f.Size = attrs.Size
+			return nfs4.OK
+		}
+	}
+	c.s.sendRecalls(c.s.v4.state.RecallOne(r.Stateid))
+	return nfs4.ErrDelay
+}
+
+// cbGetattr asks the holder of the write delegation r for the file's size
+// and change attribute, waiting at most cbGetattrWait.
+func (s *Server) cbGetattr(r v4state.Recall) (nfs4.Fattr, bool) {
+	if r.Session == nil {
+		return nfs4.Fattr{}, false
+	}
+	type answer struct {
+		f  nfs4.Fattr
+		ok bool
+	}
+	done := make(chan answer, 1)
+	s.v4.cbWG.Add(1)
+	go func() {
+		defer s.v4.cbWG.Done()
+		f, ok := s.sendCBGetattr(r)
+		done <- answer{f, ok}
+	}()
+	select {
+	case a := <-done:
+		return a.f, a.ok
+	case <-time.After(cbGetattrWait):
+		s.logf("hushfs server: NFSv4.1 CB_GETATTR: no answer within %v: recalling", cbGetattrWait)
+		return nfs4.Fattr{}, false
+	}
+}
+
+func (s *Server) sendCBGetattr(r v4state.Recall) (nfs4.Fattr, bool) {
+	cb, ok := s.v4.state.BeginCallback(r.Session)
+	if !ok {
+		return nfs4.Fattr{}, false
+	}
+	sequenced := false
+	defer func() { s.v4.state.EndCallback(r.Session, sequenced) }()
+	cred, credOK := cbCred(cb.Sec)
+	bc := backChannelOf(&cb)
+	if !credOK || bc == nil {
+		return nfs4.Fattr{}, false
+	}
+	args := &nfs4.CBCompoundArgs{Tag: []byte("hushfs getattr"), MinorVersion: nfs4.MinorVersion, Ops: []nfs4.CBArgop{
+		{Op: nfs4.CBOpSequence, Args: &cb.Sequence},
+		{Op: nfs4.CBOpGetattr, Args: &nfs4.CBGetattrArgs{FH: nfs4.FH(r.FileKey),
+			AttrRequest: nfs4.NewBitmap(nfs4.AttrChange, nfs4.AttrSize)}},
+	}}
+	var res nfs4.CBCompoundRes
+	err := bc.Call(s.v4.cbCtx, cb.Program, nfs4.CBVersion, nfs4.CBProcCompound, cred, args, &res)
+	if err == nil && len(res.Results) > 0 && res.Results[0].Op == nfs4.CBOpSequence {
+		sequenced = res.Results[0].Res.OpStatus() == nfs4.OK
+	}
+	if err != nil || res.Status != nfs4.OK || len(res.Results) != 2 {
+		if err != nil {
+			s.logf("hushfs server: NFSv4.1 CB_GETATTR: %v", err)
+		}
+		return nfs4.Fattr{}, false
+	}
+	g, ok := res.Results[1].Res.(*nfs4.CBGetattrRes)
+	if !ok || g.Status != nfs4.OK || !g.Attrs.Mask.Has(nfs4.AttrChange) || !g.Attrs.Mask.Has(nfs4.AttrSize) {
+		return nfs4.Fattr{}, false
+	}
+	return g.Attrs, true
 }

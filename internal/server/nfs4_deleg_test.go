@@ -26,6 +26,11 @@ type cbClient struct {
 	null           chan struct{} // one per CB_NULL
 	recalls        chan nfs4.Stateid
 
+	// getattr, if set, answers CB_GETATTR (else NOTSUPP) and is counted.
+	gmu      sync.Mutex
+	getattr  func() nfs4.Fattr
+	getattrs chan struct{}
+
 	mu  sync.Mutex
 	ret *v4client // its own session for DELEGRETURN from the handler
 }
@@ -70,6 +75,19 @@ func (h *cbClient) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) (
 					}
 				}()
 			}
+		case *nfs4.CBGetattrArgs:
+			h.gmu.Lock()
+			getattr := h.getattr
+			h.gmu.Unlock()
+			if getattr == nil {
+				res.Status = nfs4.ErrNotSupp
+				res.Results = append(res.Results, nfs4.CBResop{Op: op.Op, Res: &nfs4.CBGetattrRes{Status: nfs4.ErrNotSupp}})
+				break
+			}
+			f := getattr()
+			f.Mask = a.AttrRequest
+			res.Results = append(res.Results, nfs4.CBResop{Op: op.Op, Res: &nfs4.CBGetattrRes{Status: nfs4.OK, Attrs: f}})
+			h.getattrs <- struct{}{}
 		default:
 			res.Status = nfs4.ErrNotSupp
 		}
@@ -81,7 +99,8 @@ func (h *cbClient) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) (
 // waits for the server's CB_NULL probe.
 func (e *env) v4cb(returnRecalled, failNull bool) (*v4client, *cbClient) {
 	e.t.Helper()
-	h := &cbClient{returnRecalled: returnRecalled, failNull: failNull, null: make(chan struct{}, 4), recalls: make(chan nfs4.Stateid, 16)}
+	h := &cbClient{returnRecalled: returnRecalled, failNull: failNull, null: make(chan struct{}, 4), recalls: make(chan nfs4.Stateid, 16),
+		getattrs: make(chan struct{}, 16)}
 	v := &v4client{t: e.t, c: e.client(0, 0).c, cred: rpc.SysCred(0, 0, nil, "hushfs-test"), backChan: true}
 	v.c.Register(testCBProgram, nfs4.CBVersion, h)
 	v.owner = []byte("test client with a back channel " + e.t.Name())
@@ -270,4 +289,10 @@ func TestV4NoDelegationWithoutCallbacks(t *testing.T) {
 	if o, _ := v.openDeleg(nfs4.FH(e.srv.RootHandle()), "f"); o.Delegation.Type == nfs4.DelegateRead {
 		t.Fatal("a client whose CB_NULL failed got a delegation")
 	}
+}
+
+func (h *cbClient) setGetattr(f func() nfs4.Fattr) {
+	h.gmu.Lock()
+	defer h.gmu.Unlock()
+	h.getattr = f
 }

@@ -27,6 +27,9 @@ func (c *compound) read(a *nfs4.ReadArgs) nfs4.Status {
 	if st == nfs4.OK {
 		st = c.s.v4.state.CheckIO(c.client, &sid, n.key, false)
 	}
+	if st == nfs4.OK {
+		st = c.mayRead(n.key)
+	}
 	if st != nfs4.OK {
 		return c.status(st)
 	}

@@ -12,7 +12,9 @@ import (
 // procedures do (CREATE's modes, durability and EXCLUSIVE verifier
 // included); the open state, share reservations and grace are v4state's.
 // An OPEN for writing (or denying reads) first recalls other clients'
-// delegations; one for reading may be granted one (nfs4_deleg.go).
+// delegations (one for reading, other clients' write delegations); one
+// for reading may be granted a read delegation, one for writing a write
+// delegation (nfs4_deleg.go).
 
 // stateid resolves the special "current stateid" (RFC 8881 §16.2.3.1.2).
 func (c *compound) stateid(s *nfs4.Stateid) (nfs4.Stateid, nfs4.Status) {
@@ -143,8 +145,12 @@ func (c *compound) open(a *nfs4.OpenArgs) nfs4.Status {
 			}
 		}
 	}
-	if st == nfs4.OK && !reclaim && (access&nfs4.ShareAccessWrite != 0 || a.ShareDeny&nfs4.ShareDenyRead != 0) {
-		st = c.mayOpen(n.key)
+	if st == nfs4.OK && !reclaim {
+		if access&nfs4.ShareAccessWrite != 0 || a.ShareDeny&nfs4.ShareDenyRead != 0 {
+			st = c.mayOpen(n.key)
+		} else {
+			st = c.mayRead(n.key)
+		}
 	}
 	if st == nfs4.OK {
 		var sid nfs4.Stateid
@@ -156,7 +162,12 @@ func (c *compound) open(a *nfs4.OpenArgs) nfs4.Status {
 				Rflags: nfs4.OpenResultLocktypePosix | nfs4.OpenResultPreserveUnlinked, AttrSet: r.attrset}
 			res.Delegation = noDelegation(a.ShareAccess & nfs4.ShareAccessWantDelegMask)
 			if !reclaim && a.Claim.Type != nfs4.ClaimDelegateCur && a.Claim.Type != nfs4.ClaimDelegCurFH {
-				res.Delegation = c.grantRead(n, access, a.ShareDeny, a.ShareAccess&nfs4.ShareAccessWantDelegMask)
+				want := a.ShareAccess & nfs4.ShareAccessWantDelegMask
+				if access&nfs4.ShareAccessWrite != 0 {
+					res.Delegation = c.grantWrite(n, a.ShareDeny, want)
+				} else {
+					res.Delegation = c.grantRead(n, access, a.ShareDeny, want)
+				}
 			}
 			c.reply = res.Append(c.reply)
 			c.setCur(n, 0)

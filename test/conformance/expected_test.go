@@ -53,8 +53,6 @@ func expectedFailures() []expectation {
 
 // pynfsNotServed are pynfs tests of what `hushfs serve` does not offer.
 func pynfsNotServed() []expectation {
-	const noWriteDeleg = "hushfs serve grants read delegations only (RFC 8881 leaves write delegations to the server); " +
-		"the test needs a write delegation granted"
 	const openArgs = "the test needs FATTR4_OPEN_ARGUMENTS, an NFSv4.2 attribute (RFC 9754); an NFSv4.1 server has none"
 	var exp []expectation
 	add := func(codes []string, line, kind, key, reason string) {
@@ -63,7 +61,6 @@ func pynfsNotServed() []expectation {
 				line: regexp.MustCompile(line), kind: kind, key: key, reason: reason})
 		}
 	}
-	add([]string{"DELEG2"}, `^Could not get delegation$`, "not implemented", "v4-write-delegations", noWriteDeleg)
 	add([]string{"DELEG24", "DELEG25"}, `^FATTR4_OPEN_ARGUMENTS not supported$`, "by design", "v4.2-open-arguments", openArgs)
 	return exp
 }

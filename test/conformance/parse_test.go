@@ -106,8 +106,8 @@ func TestExpectedFailuresMatchPrecisely(t *testing.T) {
 func TestParsePynfs(t *testing.T) {
 	out := `INFO   :test.env:Sleeping for 20 seconds: the lease period + 10 secs
 COUR2    st_courtesy.testLockSleepLock                            : PASS
-DELEG2   st_delegation.testWriteDeleg                             : FAILURE
-           Could not get delegation
+DELEG24  st_delegation.testDelegCapabilities                      : FAILURE
+           FATTR4_OPEN_ARGUMENTS not supported
 CSESS27  st_create_session.testRepTooBigToCache                   : FAILURE
            OP_SEQUENCE should return
            NFS4ERR_REP_TOO_BIG_TO_CACHE, instead got NFS4_OK
@@ -120,7 +120,7 @@ Of those: 0 Skipped, 2 Failed, 1 Warned, 2 Passed
 `
 	v, ok := parsePynfs(out)
 	want := []failure{
-		{"DELEG2", 0, "Could not get delegation"},
+		{"DELEG24", 0, "FATTR4_OPEN_ARGUMENTS not supported"},
 		{"CSESS27", 0, "OP_SEQUENCE should return NFS4ERR_REP_TOO_BIG_TO_CACHE, instead got NFS4_OK"},
 		{"COUR1", 0, "WARNING: LOCKU should return NFS4_OK"},
 	}

@@ -16,12 +16,21 @@ import (
 // NFSv3 change) waits until the holders have returned theirs, or for a
 // lease after the recall, when a delegation not returned is revoked.
 // The holder's own changes recall nothing: it knows what it does.
+//
+// Write delegations (RFC 8881 §10.4): granted on an OPEN for writing when
+// the client alone has the file open and nobody else holds a delegation of
+// it. Besides changes, another client's open of any kind and its reads
+// (ReadConflicts) recall it; another client's GETATTR of the size or
+// change asks the holder first (CB_GETATTR, §10.4.3: WriteHolder).
 
-// Deleg is a read delegation.
+// Deleg is a read or write delegation.
 type Deleg struct {
 	sid      nfs4.Stateid
 	client   *Client
 	file     *File
+	write    bool
+	cbSeen   cbAttrs   // what the holder last said of the file (CB_GETATTR)
+	cbBumps  uint64    // how often the holder's answer showed a change
 	recalled time.Time // when the recall was asked for; zero: not recalled
 	revokeAt time.Time // when a recalled delegation not returned is revoked
 	revoked  bool      // the stateid is kept until FREE_STATEID, unusable
@@ -70,16 +79,107 @@ func (st *State) GrantRead(cl *Client, key string) (nfs4.Stateid, bool) {
 		}
 	}
 	for _, d := range f.delegs {
-		if d.client == cl || !d.recalled.IsZero() {
+		if d.client == cl || !d.recalled.IsZero() || d.write {
 			return nfs4.Stateid{}, false
 		}
 	}
-	d := &Deleg{sid: nfs4.Stateid{Seqid: 1, Other: st.newOther()}, client: cl, file: f}
+	return st.addDelegLocked(cl, f, false), true
+}
+
+// GrantWrite grants client cl a write delegation of the file key, which
+// it has just opened for writing, if it can be kept: the client can be
+// called back, no other client has the file open, and nobody holds a
+// delegation of it.
+func (st *State) GrantWrite(cl *Client, key string) (nfs4.Stateid, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.files[key]
+	if f == nil || cl.gone || st.inGraceLocked() || cl.backSessionLocked() == nil || cl.nstate >= MaxStatePerClient ||
+		len(f.delegs) > 0 {
+		return nfs4.Stateid{}, false
+	}
+	for _, o := range f.opens {
+		if o.owner.client != cl {
+			return nfs4.Stateid{}, false
+		}
+	}
+	return st.addDelegLocked(cl, f, true), true
+}
+
+func (st *State) addDelegLocked(cl *Client, f *File, write bool) nfs4.Stateid {
+	d := &Deleg{sid: nfs4.Stateid{Seqid: 1, Other: st.newOther()}, client: cl, file: f, write: write}
 	f.delegs = append(f.delegs, d)
 	st.stateids[d.sid.Other] = stateRec{kind: kindDeleg, deleg: d}
 	cl.nstate++
 	st.delegs.Add(1)
-	return d.sid, true
+	return d.sid
+}
+
+// ReadConflicts is Conflicts for a client (nil: NFSv3) about to open or
+// read the file key: only other clients' write delegations stand in the
+// way (their holders may have data the server has not seen).
+func (st *State) ReadConflicts(key string, by *Client) (recall []Recall, wait bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.files[key]
+	if f == nil {
+		return nil, false
+	}
+	now := st.now()
+	for _, d := range f.delegs {
+		if d.client == by || !d.write {
+			continue
+		}
+		wait = true
+		if d.recalled.IsZero() {
+			d.recalled, d.revokeAt = now, now.Add(st.lease)
+			recall = append(recall, Recall{Stateid: d.sid, FileKey: key, Session: d.client.backSessionLocked()})
+		}
+	}
+	return recall, wait
+}
+
+// cbAttrs is what a write delegation's holder answered to CB_GETATTR.
+type cbAttrs struct {
+	change, size uint64
+	ok           bool
+}
+
+// WriteHolder finds another client's write delegation of the file key,
+// for a GETATTR by client by: held reports one is, recalled that it is
+// being recalled (the GETATTR waits), and r is what a CB_GETATTR needs.
+func (st *State) WriteHolder(key string, by *Client) (r Recall, held, recalled bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.files[key]
+	if f == nil {
+		return r, false, false
+	}
+	for _, d := range f.delegs {
+		if d.write && d.client != by {
+			return Recall{Stateid: d.sid, FileKey: key, Session: d.client.backSessionLocked()}, true, !d.recalled.IsZero()
+		}
+	}
+	return r, false, false
+}
+
+// HolderAnswered records the holder's CB_GETATTR answer for the write
+// delegation s and returns how many times its answers showed the file
+// changed at the holder: the server adds it to the change attribute it
+// reports (RFC 8881 §10.4.3), so others see each change as one.
+func (st *State) HolderAnswered(s nfs4.Stateid, change, size uint64) (bumps uint64, ok bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	rec, found := st.stateids[s.Other]
+	if !found || rec.kind != kindDeleg || rec.deleg.revoked {
+		return 0, false
+	}
+	d := rec.deleg
+	if d.cbSeen.ok && (d.cbSeen.change != change || d.cbSeen.size != size) {
+		d.cbBumps++
+	}
+	d.cbSeen = cbAttrs{change: change, size: size, ok: true}
+	return d.cbBumps, true
 }
 
 // HasDelegations reports whether any delegation is held: a caller may skip
@@ -112,6 +212,21 @@ func (st *State) Conflicts(key string, by *Client) (recall []Recall, wait bool) 
 		}
 	}
 	return recall, wait
+}
+
+// RecallOne recalls the delegation s (a holder that cannot answer
+// CB_GETATTR): it returns what to recall, if it was not yet.
+func (st *State) RecallOne(s nfs4.Stateid) []Recall {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	rec, found := st.stateids[s.Other]
+	if !found || rec.kind != kindDeleg || rec.deleg.revoked || !rec.deleg.recalled.IsZero() {
+		return nil
+	}
+	d := rec.deleg
+	now := st.now()
+	d.recalled, d.revokeAt = now, now.Add(st.lease)
+	return []Recall{{Stateid: d.sid, FileKey: d.file.key, Session: d.client.backSessionLocked()}}
 }
 
 // RecallAll is Conflicts for a change the server does not make itself (a

@@ -247,7 +247,7 @@ func (st *State) CheckIO(cl *Client, s *nfs4.Stateid, key string, write bool) nf
 			return nfs4.ErrBadStateid
 		case d.revoked:
 			return nfs4.ErrDelegRevoked
-		case write:
+		case write && !d.write:
 			return nfs4.ErrOpenMode // a read delegation
 		}
 		cl.lastRenew = st.now()

@@ -1,0 +1,246 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"hushfs/internal/nfs3"
+	"hushfs/internal/nfs4"
+)
+
+// Write delegations (nfs4_deleg.go, v4state/deleg.go, leases.go).
+
+// openWrite opens name for reading and writing by a with a write
+// delegation wanted, retrying for a second while the server records the
+// back channel's answer to CB_NULL. It returns the OPEN's result and the
+// file's handle.
+func (v *v4client) openWrite(dir nfs4.FH, name string, create bool) (*nfs4.OpenRes, nfs4.FH) {
+	v.t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		op := v.openOp(name, nfs4.ShareAccessBoth, create)
+		op.Args.(*nfs4.OpenArgs).ShareAccess = nfs4.ShareAccessBoth | nfs4.ShareAccessWantWriteDeleg
+		res := v.must(putFH(dir), op, getFH())
+		open := res.Results[1].Res.(*nfs4.OpenRes)
+		if open.Delegation.Type == nfs4.DelegateWrite || time.Now().After(deadline) {
+			return open, fhOf(res.Results[2].Res)
+		}
+		v.must(putFH(fhOf(res.Results[2].Res)), nfs4.Argop{Op: nfs4.OpClose, Args: &nfs4.CloseArgs{Stateid: open.Stateid}})
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// writeDelegated gives a a write delegation of a new file name, open.
+func writeDelegated(t *testing.T, e *env, a *v4client, name string) (*nfs4.OpenRes, nfs4.FH) {
+	t.Helper()
+	open, fh := a.openWrite(nfs4.FH(e.srv.RootHandle()), name, true)
+	if open.Delegation.Type != nfs4.DelegateWrite {
+		t.Fatalf("OPEN of %s for writing by a lone client with a back channel: %+v", name, open.Delegation)
+	}
+	return open, fh
+}
+
+func writeOp(sid nfs4.Stateid, off uint64, data string) nfs4.Argop {
+	return nfs4.Argop{Op: nfs4.OpWrite, Args: &nfs4.WriteArgs{Stateid: sid, Offset: off, Stable: nfs4.FileSync, Data: []byte(data)}}
+}
+
+// untilOK repeats ops by v while the server answers DELAY, for 10 s.
+func untilOK(t *testing.T, v *v4client, ops ...nfs4.Argop) *nfs4.CompoundRes {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := v.do(ops...)
+		if r.Status == nfs4.OK {
+			return r
+		}
+		if r.Status != nfs4.ErrDelay || time.Now().After(deadline) {
+			t.Fatalf("%s: %v", opNames(ops), resultsOf(r))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A lone writer with a back channel gets a write delegation with a space
+// limit, and writes through its stateid; a client without a back channel,
+// or one opening a file another client has open, gets none.
+func TestV4WriteDelegationGrant(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true })
+	root := nfs4.FH(e.srv.RootHandle())
+	a, _ := e.v4cb(false, false)
+	b := e.v4(0, 0)
+
+	open, fh := writeDelegated(t, e, a, "f")
+	if sl := open.Delegation.SpaceLimit; sl.LimitBy != nfs4.LimitSize || sl.FileSize == 0 {
+		t.Fatalf("space limit %+v", sl)
+	}
+	a.must(putFH(fh), writeOp(open.Delegation.Stateid, 0, "under the delegation"))
+	// Read back over NFS: a local open would recall the delegation.
+	r := a.must(putFH(fh), nfs4.Argop{Op: nfs4.OpRead, Args: &nfs4.ReadArgs{Stateid: open.Delegation.Stateid, Count: 100}})
+	if got := string(r.Results[1].Res.(*nfs4.ReadRes).Data); got != "under the delegation" {
+		t.Fatalf("READ through the delegation: %q", got)
+	}
+
+	// No back channel: no delegation.
+	if o, _ := b.openWrite(root, "g", true); o.Delegation.Type == nfs4.DelegateWrite {
+		t.Fatal("a client without a back channel got a write delegation")
+	}
+
+	// Another client has the file open: no delegation (and b's open is
+	// not disturbed).
+	if err := os.WriteFile(filepath.Join(e.root, "h"), []byte("shared"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.must(putFH(root), b.openOp("h", nfs4.ShareAccessRead, false))
+	if o, _ := a.openWrite(root, "h", false); o.Delegation.Type == nfs4.DelegateWrite {
+		t.Fatal("a write delegation of a file another client has open")
+	}
+}
+
+// Another client's OPEN for reading and an NFSv3 READ recall a write
+// delegation (CB_RECALL), and wait until it is returned; they then see
+// what the holder wrote.
+func TestV4WriteDelegationRecall(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true })
+	root := nfs4.FH(e.srv.RootHandle())
+	a, h := e.v4cb(true, false)
+	b := e.v4(0, 0)
+
+	open, fh := writeDelegated(t, e, a, "f")
+	a.must(putFH(fh), writeOp(open.Delegation.Stateid, 0, "holder's data"))
+	b.fails(nfs4.ErrDelay, 1, putFH(root), b.openOp("f", nfs4.ShareAccessRead, false))
+	if sid := recallOf(t, h); sid != open.Delegation.Stateid {
+		t.Fatalf("CB_RECALL of %v, the delegation is %v", sid, open.Delegation.Stateid)
+	}
+	r := untilOK(t, b, putFH(root), b.openOp("f", nfs4.ShareAccessRead, false))
+	sid := r.Results[1].Res.(*nfs4.OpenRes).Stateid
+	r = b.must(putFH(fh), nfs4.Argop{Op: nfs4.OpRead, Args: &nfs4.ReadArgs{Stateid: sid, Count: 100}})
+	if got := string(r.Results[1].Res.(*nfs4.ReadRes).Data); got != "holder's data" {
+		t.Fatalf("the other client reads %q", got)
+	}
+
+	// An NFSv3 READ.
+	open, gfh := writeDelegated(t, e, a, "g")
+	a.must(putFH(gfh), writeOp(open.Delegation.Stateid, 0, "for v3"))
+	c3 := e.root0()
+	rr := c3.read(nfs3.FH(gfh), 0, 100)
+	if rr.Status != nfs3.OK || string(rr.Data) != "for v3" {
+		t.Fatalf("v3 READ of a write-delegated file: %v %q", rr.Status, rr.Data)
+	}
+	if sid := recallOf(t, h); sid != open.Delegation.Stateid {
+		t.Fatalf("v3 READ recalled %v", sid)
+	}
+	h.settled()
+}
+
+// settled waits for a DELEGRETURN the handler is sending: the server has
+// seen it once what waited for it went ahead, but its reply may be on the
+// way still.
+func (h *cbClient) settled() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+}
+
+// Another client's GETATTR of the size of a write-delegated file is
+// answered with the holder's size, asked with CB_GETATTR, and recalls
+// nothing; a holder that cannot answer CB_GETATTR is recalled instead.
+func TestV4WriteDelegationCBGetattr(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true })
+	a, h := e.v4cb(true, false)
+	b := e.v4(0, 0)
+	_, fh := writeDelegated(t, e, a, "f")
+	h.setGetattr(func() nfs4.Fattr { return nfs4.Fattr{Size: 12345, Change: 7} })
+
+	r := b.must(putFH(fh), getattrOp(nfs4.AttrSize, nfs4.AttrChange))
+	got := attrsOf(r.Results[1].Res)
+	if got.Size != 12345 {
+		t.Fatalf("the other client sees size %d, the holder has 12345", got.Size)
+	}
+	select {
+	case <-h.getattrs:
+	default:
+		t.Fatal("no CB_GETATTR")
+	}
+	select {
+	case sid := <-h.recalls:
+		t.Fatalf("GETATTR recalled %v", sid)
+	default:
+	}
+	// The holder's own GETATTR asks nobody.
+	a.must(putFH(fh), getattrOp(nfs4.AttrSize))
+	select {
+	case <-h.getattrs:
+		t.Fatal("the holder's GETATTR sent CB_GETATTR")
+	default:
+	}
+
+	h.setGetattr(nil) // CB_GETATTR answered NOTSUPP: recall
+	b.fails(nfs4.ErrDelay, 1, putFH(fh), getattrOp(nfs4.AttrSize))
+	recallOf(t, h)
+	untilOK(t, b, putFH(fh), getattrOp(nfs4.AttrSize))
+	h.settled()
+}
+
+// A write delegation not returned is revoked a lease after its recall:
+// the other client's open goes ahead, the holder's stateid is
+// DELEG_REVOKED, and what it wrote before stays.
+func TestV4WriteDelegationRevoked(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true; c.Now = clock; c.Lease = 10 * time.Second })
+	root := nfs4.FH(e.srv.RootHandle())
+	a, h := e.v4cb(false, false)
+	b := e.v4(0, 0)
+	open, fh := writeDelegated(t, e, a, "f")
+	deleg := open.Delegation.Stateid
+	a.must(putFH(fh), writeOp(deleg, 0, "kept"))
+	b.fails(nfs4.ErrDelay, 1, putFH(root), b.openOp("f", nfs4.ShareAccessWrite, false))
+	recallOf(t, h)
+
+	mu.Lock()
+	now = now.Add(11 * time.Second)
+	mu.Unlock()
+	a.must()
+	b.must()
+	e.srv.v4.state.Expire()
+	b.must(putFH(root), b.openOp("f", nfs4.ShareAccessWrite, false))
+	a.fails(nfs4.ErrDelegRevoked, 1, putFH(fh), writeOp(deleg, 0, "late"))
+	if got, _ := os.ReadFile(filepath.Join(e.root, "f")); string(got) != "kept" {
+		t.Fatalf("after the revocation the export holds %q", got)
+	}
+}
+
+// A local open of a write-delegated file (even for reading) breaks the
+// server's write lease: the delegation is recalled and the local open
+// waits until it is returned, then reads what the holder wrote.
+func TestV4LocalOpenRecallsWriteDelegation(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true })
+	a, h := e.v4cb(true, false)
+	open, fh := writeDelegated(t, e, a, "f")
+	a.must(putFH(fh), writeOp(open.Delegation.Stateid, 0, "written over NFS"))
+
+	done := make(chan string, 1)
+	go func() {
+		b, err := os.ReadFile(filepath.Join(e.root, "f"))
+		if err != nil {
+			done <- "error: " + err.Error()
+			return
+		}
+		done <- string(b)
+	}()
+	if sid := recallOf(t, h); sid != open.Delegation.Stateid {
+		t.Fatalf("the local open recalled %v", sid)
+	}
+	select {
+	case got := <-done:
+		if got != "written over NFS" {
+			t.Fatalf("the local reader read %q", got)
+		}
+		h.settled()
+	case <-time.After(15 * time.Second):
+		t.Fatal("the local open still blocked after the delegation was returned")
+	}
+}
