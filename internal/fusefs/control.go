@@ -219,7 +219,19 @@ func (c *control) close() {
 	}
 	defer unlock()
 	var st unix.Stat_t
-	if unix.Lstat(c.path, &st) == nil && st.Ino == c.ino {
+	if unix.Lstat(c.path, &st) != nil || st.Ino != c.ino {
+		return
+	}
+	// The same inode number need not be our socket: once our listener
+	// is closed, a new daemon may replace the file and get the number
+	// again (ext4 reuses it at once). Under the directory's lock a socket
+	// there is either listening, and another daemon's, or dead.
+	conn, err := net.DialTimeout("unix", c.path, time.Second)
+	if err == nil {
+		conn.Close()
+		return
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
 		os.Remove(c.path)
 	}
 }

@@ -174,6 +174,18 @@ func TestControlStaleSockets(t *testing.T) {
 	if _, err := os.Lstat(renewed.path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket after its daemon stopped: %v, want removed", err)
 	}
+
+	// The same, with the old daemon's listener already closed when the new
+	// daemon replaces the socket file: the file system may then give the
+	// new socket the old one's inode number (ext4 does), which must not
+	// make the old daemon take it for its own.
+	old = c.start(t, 0, 93)
+	old.l.Close()
+	renewed = c.start(t, 0, 93)
+	old.close()
+	if _, err := os.Lstat(renewed.path); err != nil {
+		t.Errorf("the new daemon's socket after the old one stopped (listener closed first): %v", err)
+	}
 }
 
 // Only root and the mount's owner are answered, whatever the socket's
