@@ -58,6 +58,8 @@ type inode struct {
 	bulk *dirBulk
 	// access: ACCESS results per identity (see access.go).
 	access map[string]accessEntry
+	// opens: a regular file's v4.1 open state (openstate.go).
+	opens4 *nodeOpens
 	// removeName: after a silly rename, the name to remove at last close.
 	sillyDir  NodeID
 	sillyName string

@@ -60,6 +60,9 @@ type Server struct {
 	// mount, since each OPEN is closed in its own COMPOUND.
 	owner []byte
 
+	// locks are the lock owners' lock stateids (lock.go).
+	locks lockTable
+
 	credMu sync.Mutex
 	creds  map[string]rpc.OpaqueAuth // GUARDED_BY(credMu): encoded AUTH_SYS per identity
 }
