@@ -33,16 +33,16 @@ type Config struct {
 
 // FS is a mounted export.
 type FS struct {
-	cfg     Config
-	opts    Options
-	now     func() time.Time
-	logf    func(string, ...any)
-	srv     proto.Server // the server, through the protocol's seam
+	cfg  Config
+	opts Options
+	now  func() time.Time
+	logf func(string, ...any)
+	srv  proto.Server // the server, through the protocol's seam
 	// What the server offers beyond proto.Server (v4.1): opens with the
 	// I/O under them, and locks; nil for NFSv3 (openstate.go, lock.go).
-	opener proto.Opener
-	sio    proto.StateIO
-	locker proto.Locker
+	opener  proto.Opener
+	sio     proto.StateIO
+	locker  proto.Locker
 	limits  proto.Limits // what the protocol can carry
 	stats   *Stats
 	nodes   *inodeTable

@@ -45,8 +45,8 @@ type nodeOpens struct {
 type ownerOpen struct {
 	cred  Cred
 	st    proto.StateID
-	held  uint32    // share access the server holds for it
-	count [4]int    // descriptors, by share access (proto.Share*)
+	held  uint32     // share access the server holds for it
+	count [4]int     // descriptors, by share access (proto.Share*)
 	locks lockOwners // lock owners that took locks under it (lock.go)
 }
 
