@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,10 @@ import (
 // waits to be killed (TestNFSv41LockHelper).
 const lockHelperEnv = "HUSHFS_LOCK_HELPER"
 
+// lockHelperWaitEnv makes the helper wait for the lock and report how
+// the wait ended instead.
+const lockHelperWaitEnv = "HUSHFS_LOCK_HELPER_WAIT"
+
 // TestNFSv41LockHelper is not a test: run with lockHelperEnv naming a
 // file, it takes a whole-file write lock on it (F_SETLKW), says "locked"
 // and sleeps until killed (at most a minute).
@@ -32,6 +37,13 @@ func TestNFSv41LockHelper(t *testing.T) {
 	fd, err := unix.Open(path, unix.O_RDWR, 0)
 	if err != nil {
 		t.Fatalf("open: %v", err)
+	}
+	if os.Getenv(lockHelperWaitEnv) != "" {
+		// Wait for the lock until the test's signal ends us.
+		fmt.Println("waiting")
+		err := unix.FcntlFlock(uintptr(fd), unix.F_SETLKW, &unix.Flock_t{Type: unix.F_WRLCK})
+		fmt.Printf("setlkw: %v\n", err)
+		return
 	}
 	if err := unix.FcntlFlock(uintptr(fd), unix.F_SETLKW, &unix.Flock_t{Type: unix.F_WRLCK}); err != nil {
 		t.Fatalf("lock: %v", err)
@@ -179,6 +191,38 @@ func TestNFSv41Locks(t *testing.T) {
 			t.Fatalf("B's lock after the holder was killed: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// A signal ends F_SETLKW's wait, while B holds the lock: SIGTERM (not
+	// caught) kills the waiter at once. (A caught signal ends it too, but
+	// the kernel restarts the call when the handler has SA_RESTART, as for
+	// local locks; Go's handlers all do.)
+	waiter := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestNFSv41LockHelper$", "-test.v")
+	waiter.Env = append(os.Environ(), lockHelperEnv+"="+filepath.Join(a, "f"), lockHelperWaitEnv+"=1")
+	wout, err := waiter.StdoutPipe()
+	must(t, "pipe", err)
+	must(t, "start the waiter", waiter.Start())
+	wl := bufio.NewScanner(wout)
+	for wl.Scan() && wl.Text() != "waiting" {
+	}
+	time.Sleep(500 * time.Millisecond) // in F_SETLKW, polling
+	must(t, "SIGTERM", syscall.Kill(waiter.Process.Pid, syscall.SIGTERM))
+	exited := make(chan error, 1)
+	go func() {
+		for wl.Scan() {
+			t.Logf("waiter: %s", wl.Text())
+		}
+		exited <- waiter.Wait()
+	}()
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+			t.Errorf("the waiter ended with %v, want killed by SIGTERM", err)
+		}
+	case <-time.After(10 * time.Second):
+		waiter.Process.Kill()
+		t.Errorf("a waiter in F_SETLKW still there 10 s after SIGTERM")
 	}
 	must(t, "B's unlock", setlk(fb, unix.F_UNLCK, 0, 0))
 	t.Logf("A: %s", opsLine(ma.Stats(t).Ops))
