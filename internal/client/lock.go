@@ -182,7 +182,7 @@ func (fs *FS) lockOnce(ctx context.Context, c *Cred, of *openFile, no *nodeOpens
 			return err
 		}
 		if try == 0 && errors.Is(res.Status, proto.ErrBadState) {
-			if _, ok := fs.reopen(ctx, of.node, of.cred.UID, st, res.Status); ok {
+			if _, ok, _ := fs.reopen(ctx, of.node, of.cred.UID, st, res.Status); ok {
 				continue
 			}
 		}
@@ -194,7 +194,7 @@ func (fs *FS) lockOnce(ctx context.Context, c *Cred, of *openFile, no *nodeOpens
 func (fs *FS) unlock(ctx context.Context, c *Cred, of *openFile, no *nodeOpens, a proto.LockArgs) error {
 	no.mu.Lock()
 	defer no.mu.Unlock()
-	_, st, ok := no.ownerState(of.cred.UID)
+	ow, st, ok := no.ownerState(of.cred.UID)
 	if !ok {
 		return nil // closed: nothing is held
 	}
@@ -202,6 +202,12 @@ func (fs *FS) unlock(ctx context.Context, c *Cred, of *openFile, no *nodeOpens, 
 	res, err := fs.locker.Unlock(ctx, c, a)
 	if err != nil {
 		return err
+	}
+	if res.Status == nil && a.Offset == 0 && a.Length == 0 {
+		// All released: its close has nothing to release.
+		no.vmu.Lock()
+		delete(ow.locks, a.Owner)
+		no.vmu.Unlock()
 	}
 	if errors.Is(res.Status, proto.ErrBadState) {
 		return nil // the server dropped the open, and its locks with it

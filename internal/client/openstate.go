@@ -254,12 +254,16 @@ func (fs *FS) underState(ctx context.Context, n *inode, c *Cred, write bool, cal
 	if err != nil || !errors.Is(status, proto.ErrBadState) {
 		return err
 	}
-	again, ok := fs.reopen(ctx, n, uid, st, status)
-	if !ok {
-		return nil // the refusal stands: EIO
+	again, ok, closed := fs.reopen(ctx, n, uid, st, status)
+	switch {
+	case closed:
+		// Closed here while the call was on its way (write-back after the
+		// last release): no open to name, as for any file not open.
+		_, err = call(nil)
+	case ok:
+		_, err = call(&again)
 	}
-	_, err = call(&again)
-	return err
+	return err // else the refusal stands: EIO
 }
 
 // reopen opens n again for uid after the server said it no longer knows
@@ -267,7 +271,10 @@ func (fs *FS) underState(ctx context.Context, n *inode, c *Cred, write bool, cal
 // hold (each a part a later OPEN_DOWNGRADE may narrow to), unless another
 // call reopened it meanwhile. Locks held under the old open are lost (the
 // server may have granted them to another client since): logged.
-func (fs *FS) reopen(ctx context.Context, n *inode, uid uint32, old proto.StateID, why error) (proto.StateID, bool) {
+//
+// closed reports that uid's open was closed meanwhile: there is nothing
+// to reopen.
+func (fs *FS) reopen(ctx context.Context, n *inode, uid uint32, old proto.StateID, why error) (st proto.StateID, ok, closed bool) {
 	no := fs.opensOf(n)
 	no.mu.Lock()
 	defer no.mu.Unlock()
@@ -275,13 +282,13 @@ func (fs *FS) reopen(ctx context.Context, n *inode, uid uint32, old proto.StateI
 	ow := no.owners[uid]
 	no.vmu.Unlock()
 	if ow == nil {
-		return proto.StateID{}, false // closed meanwhile
+		return proto.StateID{}, false, true
 	}
 	if ow.st.Other != old.Other {
-		return ow.st, true
+		return ow.st, true, false
 	}
 	fs.logf("hushfs: node %d: the server no longer knows our open (%v); opening it again", n.id, why)
-	st, ok := old, false
+	st = old
 	for share := uint32(1); share < 4; share++ {
 		if ow.count[share] == 0 {
 			continue
@@ -293,7 +300,7 @@ func (fs *FS) reopen(ctx context.Context, n *inode, uid uint32, old proto.StateI
 		}
 		if err != nil {
 			fs.logf("hushfs: node %d: opening it again: %v; its I/O fails with EIO", n.id, err)
-			return proto.StateID{}, false
+			return proto.StateID{}, false, false
 		}
 		fs.applyAttr(n, &res.Attr, at)
 		if !ok || newer(res.State, st) {
@@ -301,7 +308,7 @@ func (fs *FS) reopen(ctx context.Context, n *inode, uid uint32, old proto.StateI
 		}
 	}
 	if !ok {
-		return proto.StateID{}, false
+		return proto.StateID{}, false, false
 	}
 	no.vmu.Lock()
 	lost := len(ow.locks)
@@ -310,7 +317,7 @@ func (fs *FS) reopen(ctx context.Context, n *inode, uid uint32, old proto.StateI
 	if lost > 0 {
 		fs.logf("hushfs: node %d: locks of %d lock owners were lost with the old open", n.id, lost)
 	}
-	return st, true
+	return st, true, false
 }
 
 // storeAccess caches the rights the server granted c on n, with the
