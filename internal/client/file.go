@@ -119,12 +119,18 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	if trunc {
 		if _, _, err := fs.truncateOnOpen(ctx, c, n); err != nil {
 			if share != 0 {
+				n.mu.Lock()
+				n.opening--
+				n.mu.Unlock()
 				fs.closeState(ctx, &openFile{node: n, cred: *c, share: share})
 			}
 			return 0, false, err
 		}
 	}
 	n.mu.Lock()
+	if share != 0 {
+		n.opening-- // the reply tells the kernel (openState)
+	}
 	keepCache = n.dataValid
 	if !keepCache {
 		// From now on the kernel's pages are read from this version; what

@@ -95,8 +95,27 @@ func (no *nodeOpens) addLocked(c *Cred, st proto.StateID, share uint32) {
 // openState opens n for an open() with flags: one OPEN with the file's
 // attributes and the caller's rights. It returns the share access the
 // descriptor holds.
-func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (uint32, error) {
-	share := shareOf(flags)
+//
+// Until the open's reply to the kernel is decided (Open lowers
+// n.opening, on success), a change of the file's data the OPEN's
+// attributes show is not notified to the kernel: the reply does it,
+// without FOPEN_KEEP_CACHE and with the attributes invalidated. The
+// queued notification would reach the kernel after that reply, while it
+// fetches the attributes for its first read, and make it drop them (its
+// attribute version moved): it read on with the size from before the
+// change, and a short read at the old end then set a wrong size.
+func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (share uint32, err error) {
+	n.mu.Lock()
+	n.opening++
+	n.mu.Unlock()
+	defer func() {
+		if err != nil {
+			n.mu.Lock()
+			n.opening--
+			n.mu.Unlock()
+		}
+	}()
+	share = shareOf(flags)
 	want := accessWant(n, accessForOpen(flags))
 	no := fs.opensOf(n)
 	no.mu.Lock()
