@@ -158,6 +158,16 @@ func TestNFSv41Locks(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	must(t, "flock unlock on B", unix.Flock(gb, unix.LOCK_UN))
+	// As with Linux's NFS client (flock(2)): flock is a whole-file lock at
+	// the server, so an exclusive one needs the file open for writing; a
+	// shared one does not.
+	rb, err := unix.Open(filepath.Join(b, "f"), unix.O_RDONLY, 0)
+	must(t, "open read-only on B", err)
+	if err := unix.Flock(rb, unix.LOCK_EX|unix.LOCK_NB); !errors.Is(err, unix.EBADF) {
+		t.Errorf("exclusive flock of a read-only descriptor: %v, want EBADF", err)
+	}
+	must(t, "shared flock of a read-only descriptor", unix.Flock(rb, unix.LOCK_SH|unix.LOCK_NB))
+	must(t, "close", unix.Close(rb))
 
 	// A holder killed with SIGKILL: its lock goes with its death.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

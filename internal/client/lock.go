@@ -61,6 +61,14 @@ func lockArgs(of *openFile, owner uint64, lk *Lock) proto.LockArgs {
 	return a
 }
 
+// lockShare is the access a lock of type t needs of its descriptor.
+func lockShare(t uint32) uint32 {
+	if t == syscall.F_RDLCK {
+		return proto.ShareRead
+	}
+	return proto.ShareWrite
+}
+
 // lockOf is the kernel's view of a lock the server reported in the way.
 func lockOf(c *proto.LockArgs) Lock {
 	lk := Lock{Start: min(c.Offset, OffsetMax), End: OffsetMax, Type: syscall.F_WRLCK}
@@ -136,6 +144,13 @@ func (fs *FS) SetLk(ctx context.Context, c *Cred, fh, owner uint64, lk Lock, wai
 	a := lockArgs(of, owner, &lk)
 	if lk.Type == syscall.F_UNLCK {
 		return fs.unlock(ctx, c, of, no, a)
+	}
+	// The descriptor must be open for the lock's kind: the kernel checks
+	// fcntl's, not flock's (an exclusive flock needs a writer, as with
+	// Linux's NFS client), and the identity's open may have more access
+	// than this descriptor.
+	if need := lockShare(lk.Type); of.share&need == 0 {
+		return syscall.EBADF
 	}
 	a.Wait = wait
 	pause := lockPollFirst
