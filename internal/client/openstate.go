@@ -31,10 +31,11 @@ import (
 
 // nodeOpens is a regular file's opens, per identity.
 type nodeOpens struct {
-	// mu serializes the calls that change the opens (OPEN, OPEN_DOWNGRADE,
-	// CLOSE, a reopen, LOCK under them): each names the open's latest
-	// seqid, and a CLOSE must not pass an OPEN it would undo.
-	mu sync.Mutex
+	// mu orders the calls on the opens: OPENs (read-locked) run together
+	// (the server merges them; the newest stateid is kept), OPEN_DOWNGRADE,
+	// CLOSE, a reopen and LOCK (write-locked) alone: each names the open's
+	// latest seqid, and a CLOSE must not pass an OPEN it would undo.
+	mu sync.RWMutex
 	// vmu guards owners for I/O, which reads it without waiting for those
 	// calls; changes hold both.
 	vmu    sync.Mutex
@@ -76,7 +77,7 @@ func newer(a, b proto.StateID) bool { return a.Other != b.Other || int32(a.Seq-b
 
 // addLocked counts a descriptor of c opened with share under st.
 //
-// LOCKS_REQUIRED(no.mu)
+// LOCKS_REQUIRED(no.mu, read or write)
 func (no *nodeOpens) addLocked(c *Cred, st proto.StateID, share uint32) {
 	no.vmu.Lock()
 	defer no.vmu.Unlock()
@@ -118,19 +119,21 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 	share = shareOf(flags)
 	want := accessWant(n, accessForOpen(flags))
 	no := fs.opensOf(n)
-	no.mu.Lock()
-	defer no.mu.Unlock()
+	no.mu.RLock()
 	at := fs.now()
 	res, err := fs.opener.Open(ctx, c, proto.OpenArgs{FH: n.fh, Access: share, Check: accessAll})
 	if err != nil {
+		no.mu.RUnlock()
 		return 0, err
 	}
 	fs.applyAttr(n, &res.Attr, at)
 	if res.Status != nil {
+		no.mu.RUnlock()
 		fs.noteStale(n, res.Status)
 		return 0, res.Status
 	}
 	no.addLocked(c, res.State, share)
+	no.mu.RUnlock()
 	if res.Granted {
 		fs.storeAccess(n, c, res.Access, at)
 		if res.Access&want == want {
@@ -144,6 +147,8 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 			return share, nil
 		}
 	}
+	no.mu.Lock()
+	defer no.mu.Unlock()
 	fs.dropLocked(ctx, n, no, c.UID, share)
 	return 0, err
 }
@@ -172,8 +177,8 @@ func (fs *FS) adoptOpen(ctx context.Context, c *Cred, n *inode, fh proto.FH, st 
 		return
 	}
 	no := fs.opensOf(n)
-	no.mu.Lock()
-	defer no.mu.Unlock()
+	no.mu.RLock()
+	defer no.mu.RUnlock()
 	no.addLocked(c, st, share)
 }
 
