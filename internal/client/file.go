@@ -99,8 +99,12 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	// An open that truncates gets them from its SETATTR's reply instead.
 	trunc := flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY
 	var share uint32
+	var gen uint64 // n.dataGen when the OPEN was sent
 	if fs.opener != nil {
 		// An OPEN, with the attributes and rights (openstate.go).
+		n.mu.Lock()
+		gen = n.dataGen
+		n.mu.Unlock()
 		if share, err = fs.openState(ctx, c, n, flags); err != nil {
 			return 0, false, err
 		}
@@ -119,9 +123,7 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	if trunc {
 		if _, _, err := fs.truncateOnOpen(ctx, c, n); err != nil {
 			if share != 0 {
-				n.mu.Lock()
-				n.opening--
-				n.mu.Unlock()
+				fs.openFailed(n, gen)
 				fs.closeState(ctx, &openFile{node: n, cred: *c, share: share})
 			}
 			return 0, false, err

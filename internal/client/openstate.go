@@ -108,12 +108,11 @@ func (no *nodeOpens) addLocked(c *Cred, st proto.StateID, share uint32) {
 func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (share uint32, err error) {
 	n.mu.Lock()
 	n.opening++
+	gen := n.dataGen
 	n.mu.Unlock()
 	defer func() {
 		if err != nil {
-			n.mu.Lock()
-			n.opening--
-			n.mu.Unlock()
+			fs.openFailed(n, gen)
 		}
 	}()
 	share = shareOf(flags)
@@ -151,6 +150,18 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 	defer no.mu.Unlock()
 	fs.dropLocked(ctx, n, no, c.UID, share)
 	return 0, err
+}
+
+// openFailed ends an open under way (openState) that gives the kernel no
+// reply to learn from: a change seen meanwhile is notified after all.
+func (fs *FS) openFailed(n *inode, gen uint64) {
+	n.mu.Lock()
+	n.opening--
+	changed := n.dataGen != gen
+	n.mu.Unlock()
+	if changed {
+		fs.notify.InvalidateData(n.id)
+	}
 }
 
 // createOpen is a create's CREATE as an OPEN that creates the file, left
