@@ -181,7 +181,9 @@ func (fs *FS) setAttrLocked(n *inode, a *proto.Attr, at time.Time) {
 	if n.dataValid && (n.dataMtime != a.Mtime || n.dataSize != a.Size) {
 		n.dataValid = false
 		n.dataGen++
-		fs.notify.InvalidateData(n.id)
+		if n.opening == 0 {
+			fs.notify.InvalidateData(n.id)
+		}
 	}
 }
 

@@ -15,6 +15,9 @@ type openFile struct {
 	node  *inode
 	flags uint32
 	cred  Cred
+	// share is the v4.1 open this descriptor counts in (proto.Share*
+	// bits), 0 if none (NFSv3).
+	share uint32
 	// seenErr is the write-back error count this descriptor has been told
 	// of. GUARDED_BY(node.file.mu)
 	seenErr uint64
@@ -44,8 +47,8 @@ func (of *openFile) takeErr() error {
 	return of.takeErrLocked(st)
 }
 
-func (fs *FS) addOpenFile(n *inode, flags uint32, c *Cred) *openFile {
-	of := &openFile{node: n, flags: flags, cred: Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)}}
+func (fs *FS) addOpenFile(n *inode, flags uint32, c *Cred, share uint32) *openFile {
+	of := &openFile{node: n, flags: flags, share: share, cred: Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)}}
 	if st := peek(n); st != nil {
 		st.mu.Lock()
 		of.seenErr = st.errSeq // errors from before this open are not this descriptor's
@@ -95,7 +98,17 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	// answered by the ACCESS cache as long as mode and owner are unchanged.
 	// An open that truncates gets them from its SETATTR's reply instead.
 	trunc := flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY
-	if fs.opts.CTO && !trunc {
+	var share uint32
+	var gen uint64 // n.dataGen when the OPEN was sent
+	if fs.opener != nil {
+		// An OPEN, with the attributes and rights (openstate.go).
+		n.mu.Lock()
+		gen = n.dataGen
+		n.mu.Unlock()
+		if share, err = fs.openState(ctx, c, n, flags); err != nil {
+			return 0, false, err
+		}
+	} else if fs.opts.CTO && !trunc {
 		if err := fs.openCheck(ctx, c, n, accessForOpen(flags)); err != nil {
 			return 0, false, err
 		}
@@ -109,10 +122,17 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	}
 	if trunc {
 		if _, _, err := fs.truncateOnOpen(ctx, c, n); err != nil {
+			if share != 0 {
+				fs.openFailed(n, gen)
+				fs.closeState(ctx, &openFile{node: n, cred: *c, share: share})
+			}
 			return 0, false, err
 		}
 	}
 	n.mu.Lock()
+	if share != 0 {
+		n.opening-- // the reply tells the kernel (openState)
+	}
 	keepCache = n.dataValid
 	if !keepCache {
 		// From now on the kernel's pages are read from this version; what
@@ -121,7 +141,7 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 		n.dataGen++
 	}
 	n.mu.Unlock()
-	return fs.addOpenFile(n, flags, c).id, keepCache, nil
+	return fs.addOpenFile(n, flags, c, share).id, keepCache, nil
 }
 
 // openCheck is an open's close-to-open revalidation and permission check.
@@ -168,7 +188,11 @@ func (fs *FS) Create(ctx context.Context, c *Cred, parent NodeID, name string, f
 	if err != nil {
 		return Entry{}, 0, err
 	}
-	e, err := fs.create(ctx, c, dir, name, mode, flags&syscall.O_EXCL != 0, flags&syscall.O_TRUNC != 0)
+	var share uint32
+	if fs.opener != nil {
+		share = shareOf(flags) // the create is an OPEN (openstate.go)
+	}
+	e, share, err := fs.create(ctx, c, dir, name, mode, flags&syscall.O_EXCL != 0, flags&syscall.O_TRUNC != 0, share)
 	if err != nil {
 		return Entry{}, 0, err
 	}
@@ -176,7 +200,7 @@ func (fs *FS) Create(ctx context.Context, c *Cred, parent NodeID, name string, f
 	if err != nil {
 		return Entry{}, 0, err
 	}
-	return e, fs.addOpenFile(n, flags, c).id, nil
+	return e, fs.addOpenFile(n, flags, c, share).id, nil
 }
 
 // Read reads up to len(dst) bytes at off: rsize READs in parallel, with
@@ -311,7 +335,16 @@ func (fs *FS) readFull(ctx context.Context, c *Cred, n *inode, off uint64, dst [
 // readRPC reads into dst at off with one READ.
 func (fs *FS) readRPC(ctx context.Context, c *Cred, n *inode, off uint64, dst []byte) (int, bool, error) {
 	at := fs.now()
-	res, err := fs.srv.Read(ctx, c, n.fh, off, dst)
+	var res proto.ReadRes
+	err := fs.underState(ctx, n, c, false, func(st *proto.StateID) (error, error) {
+		var err error
+		if st == nil {
+			res, err = fs.srv.Read(ctx, c, n.fh, off, dst)
+		} else {
+			res, err = fs.sio.ReadState(ctx, c, *st, n.fh, off, dst)
+		}
+		return res.Status, err
+	})
 	if err != nil {
 		return 0, false, err
 	}
@@ -397,6 +430,9 @@ func (fs *FS) release(ctx context.Context, of *openFile) {
 	if err := fs.wb.flush(ctx, n, proto.FileSync); err != nil && ctx.Err() == nil {
 		// (Ended with the mount: Close reports what is left.)
 		fs.logf("hushfs: write-back at close of node %d: %v", n.id, err)
+	}
+	if of.share != 0 {
+		fs.closeState(ctx, of)
 	}
 	if fs.nodes.close(n) > 0 {
 		return

@@ -33,11 +33,16 @@ type Config struct {
 
 // FS is a mounted export.
 type FS struct {
-	cfg     Config
-	opts    Options
-	now     func() time.Time
-	logf    func(string, ...any)
-	srv     proto.Server // the server, through the protocol's seam
+	cfg  Config
+	opts Options
+	now  func() time.Time
+	logf func(string, ...any)
+	srv  proto.Server // the server, through the protocol's seam
+	// What the server offers beyond proto.Server (v4.1): opens with the
+	// I/O under them, and locks; nil for NFSv3 (openstate.go, lock.go).
+	opener  proto.Opener
+	sio     proto.StateIO
+	locker  proto.Locker
 	limits  proto.Limits // what the protocol can carry
 	stats   *Stats
 	nodes   *inodeTable
@@ -135,6 +140,12 @@ func Mount(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 	fs.srv, fs.limits, fs.rootFH = srv, exp.Limits, exp.Root
+	fs.opener, _ = srv.(proto.Opener)
+	fs.sio, _ = srv.(proto.StateIO)
+	fs.locker, _ = srv.(proto.Locker)
+	if fs.opener == nil || fs.sio == nil {
+		fs.opener, fs.sio, fs.locker = nil, nil, nil // opens without their I/O would be no use
+	}
 	fs.nodes = newInodeTable(exp.Root)
 	root := fs.nodes.get(RootID)
 	for i := range exp.RootAttrs {

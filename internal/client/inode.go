@@ -58,6 +58,11 @@ type inode struct {
 	bulk *dirBulk
 	// access: ACCESS results per identity (see access.go).
 	access map[string]accessEntry
+	// opens: a regular file's v4.1 open state (openstate.go).
+	opens4 *nodeOpens
+	// opening counts v4.1 opens under way, which tell the kernel of a
+	// change they find themselves (openstate.go: openState).
+	opening int
 	// removeName: after a silly rename, the name to remove at last close.
 	sillyDir  NodeID
 	sillyName string

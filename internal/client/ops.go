@@ -268,7 +268,22 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 // setattrRPC sends one SETATTR and caches its result.
 func (fs *FS) setattrRPC(ctx context.Context, c *Cred, n *inode, in SetAttrIn) (Attr, time.Duration, error) {
 	at := fs.now()
-	res, err := fs.srv.SetAttr(ctx, c, n.fh, in.sattr())
+	var res proto.WccRes
+	call := func(st *proto.StateID) (error, error) {
+		var err error
+		if st == nil {
+			res, err = fs.srv.SetAttr(ctx, c, n.fh, in.sattr())
+		} else {
+			res, err = fs.sio.SetAttrState(ctx, c, *st, n.fh, in.sattr())
+		}
+		return res.Status, err
+	}
+	var err error
+	if in.SetSize {
+		err = fs.underState(ctx, n, c, true, call) // a size goes under an open
+	} else {
+		_, err = call(nil)
+	}
 	if err != nil {
 		return Attr{}, 0, err
 	}
@@ -419,7 +434,8 @@ func (fs *FS) Mknod(ctx context.Context, c *Cred, parent NodeID, name string, mo
 	var typ proto.FileType
 	switch mode & syscall.S_IFMT {
 	case syscall.S_IFREG, 0:
-		return fs.create(ctx, c, dir, name, mode, false, false)
+		e, _, err := fs.create(ctx, c, dir, name, mode, false, false, 0)
+		return e, err
 	case syscall.S_IFIFO:
 		typ = proto.TypeFifo
 	case syscall.S_IFSOCK:
@@ -451,13 +467,17 @@ func (fs *FS) Mknod(ctx context.Context, c *Cred, parent NodeID, name string, mo
 // file an earlier transmission of this very call made from someone else's:
 // a server without a duplicate request cache answers a retransmitted
 // GUARDED CREATE with EEXIST.
-func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode uint32, excl, trunc bool) (Entry, error) {
+//
+// With share set (v4.1) the create is an OPEN that creates, and the file
+// stays open for the caller's descriptor; the share access it holds is
+// returned.
+func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode uint32, excl, trunc bool, share uint32) (Entry, uint32, error) {
 	how := proto.CreateHow{Mode: proto.Unchecked, Attrs: proto.SetAttrs{SetMode: true, Mode: mode & 07777}}
 	var verf proto.Time
 	if excl {
 		var err error
 		if verf, err = fs.createVerifier(); err != nil {
-			return Entry{}, err
+			return Entry{}, 0, err
 		}
 		how.Mode = proto.Guarded
 		how.Attrs.Atime = proto.SetTime{How: proto.SetToClientTime, Time: verf}
@@ -466,26 +486,49 @@ func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode
 	}
 	// A name changes: held times go first (dirtimes.go).
 	if err := fs.sendDirTimes(ctx, dir); err != nil {
-		return Entry{}, err
+		return Entry{}, 0, err
 	}
 	at := fs.now()
-	res, err := fs.srv.Create(ctx, c, dir.fh, name, how)
+	var res proto.CreateRes
+	var st proto.StateID
+	var err error
+	if share != 0 {
+		if how.Attrs.SetSize {
+			share |= proto.ShareWrite // truncating needs it
+		}
+		res, st, err = fs.createOpen(ctx, c, dir, name, how, share)
+	} else {
+		res, err = fs.srv.Create(ctx, c, dir.fh, name, how)
+	}
 	if err != nil {
-		return Entry{}, err
+		return Entry{}, 0, err
 	}
 	e, err := fs.finishCreate(ctx, c, dir, name, &res, at)
-	if excl && proto.ErrnoOf(err) == syscall.EEXIST {
+	if share != 0 && res.Status == nil {
+		// Opened whatever became of the entry: counted, or closed.
+		var n *inode
+		if err == nil {
+			n = fs.nodes.get(e.Node)
+		}
+		fs.adoptOpen(ctx, c, n, res.FH.FH, st, share)
+		if n == nil && err == nil {
+			err = syscall.ESTALE
+		}
+	}
+	// (A session's exactly-once replies leave no retransmitted create to
+	// recognise: v4.1's EEXIST is another's file.)
+	if excl && share == 0 && proto.ErrnoOf(err) == syscall.EEXIST {
 		if mine, ok := fs.createdEarlier(ctx, c, dir, name, verf); ok {
 			e, err = mine, nil
 		}
 	}
 	if err != nil {
-		return Entry{}, err
+		return Entry{}, 0, err
 	}
 	if n := fs.nodes.get(e.Node); n != nil {
 		fs.seedAccess(c, n, at)
 	}
-	return e, nil
+	return e, share, nil
 }
 
 // createVerifier returns the atime a GUARDED CREATE gives its file: now,

@@ -345,7 +345,16 @@ func (w *writeback) sendOne(ctx context.Context, n *inode, st *fileState, c exte
 		count := uint32(len(rest.data))
 		at := w.fs.now()
 		var res proto.WriteRes
-		if res, err = w.fs.srv.Write(ctx, &cred, n.fh, rest.off, rest.data, stable); err != nil {
+		err = w.fs.underState(ctx, n, &cred, true, func(st *proto.StateID) (error, error) {
+			var err error
+			if st == nil {
+				res, err = w.fs.srv.Write(ctx, &cred, n.fh, rest.off, rest.data, stable)
+			} else {
+				res, err = w.fs.sio.WriteState(ctx, &cred, *st, n.fh, rest.off, rest.data, stable)
+			}
+			return res.Status, err
+		})
+		if err != nil {
 			break
 		}
 		w.fs.applyWcc(n, &res.Wcc, at, true)

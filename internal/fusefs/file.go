@@ -83,7 +83,14 @@ func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint
 func (fs *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	rc := fs.killable(cancel, &in.InHeader, "flush")
 	defer rc.finish()
-	return status(fs.core.Flush(rc, fs.creds.cred(&in.InHeader), in.Fh))
+	err := fs.core.Flush(rc, fs.creds.cred(&in.InHeader), in.Fh)
+	// A close releases the process's locks on the file (POSIX), after its
+	// data is written; the kernel, which keeps no copy of locks the server
+	// holds, says whose in LockOwner.
+	if lerr := fs.core.ReleaseLocks(rc, in.Fh, in.LockOwner); err == nil {
+		err = lerr
+	}
+	return status(err)
 }
 
 // Fsync makes the file's data durable on the server.
@@ -101,5 +108,8 @@ func (fs *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 func (fs *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	rc := fs.lifetime(cancel, "release")
 	defer rc.finish()
+	if in.ReleaseFlags&fuse.FUSE_RELEASE_FLOCK_UNLOCK != 0 {
+		fs.core.ReleaseLocks(rc, in.Fh, in.LockOwner) // the file's flock locks
+	}
 	fs.core.Release(rc, in.Fh)
 }

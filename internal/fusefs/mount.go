@@ -75,7 +75,8 @@ type MountConfig struct {
 //     (asked before every write) and POSIX ACLs would keep the kernel
 //     asking for them.
 //   - EnableLocks false: NFSv3 locking is NLM, another protocol; the kernel
-//     keeps locks local to this machine, as nfs(5)'s "nolock" does.
+//     keeps locks local to this machine, as nfs(5)'s "nolock" does. Mount
+//     turns them on for a server that grants locks (NFSv4.1: lock.go).
 //   - EnableSymlinkCaching: see the package documentation.
 //   - ExplicitDataCacheControl false: the kernel drops a file's pages when
 //     it sees its mtime or size change, and refreshes its cached size
@@ -229,10 +230,15 @@ func Mount(fs *FS, mountpoint string, cfg MountConfig) (*Mounted, error) {
 		logf = func(string, ...any) {}
 	}
 	direct := os.Geteuid() == 0
-	srv, err := fuse.NewServer(fs, mountpoint, MountOptions(cfg, direct))
+	options := func(direct bool) *fuse.MountOptions {
+		mo := MountOptions(cfg, direct)
+		mo.EnableLocks = fs.core.HasLocks()
+		return mo
+	}
+	srv, err := fuse.NewServer(fs, mountpoint, options(direct))
 	if err != nil && direct && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES)) {
 		logf("hushfs: mount(2) refused (%v); trying fusermount3", err)
-		srv, err = fuse.NewServer(fs, mountpoint, MountOptions(cfg, false))
+		srv, err = fuse.NewServer(fs, mountpoint, options(false))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("mounting FUSE at %s: %w", mountpoint, err)

@@ -11,7 +11,8 @@ var requestOps = []string{
 	"lookup", "forget", "getattr", "setattr", "readlink", "symlink", "mknod", "mkdir",
 	"unlink", "rmdir", "rename", "link", "open", "read", "write", "statfs", "release",
 	"fsync", "getxattr", "listxattr", "setxattr", "removexattr", "flush", "opendir",
-	"readdir", "readdirplus", "releasedir", "fsyncdir", "access", "create",
+	"readdir", "readdirplus", "releasedir", "fsyncdir", "access", "create", "getlk", "setlk",
+	"setlkw",
 }
 
 // requestCounts counts the FUSE requests that reach the daemon, by

@@ -29,6 +29,10 @@ const (
 	// CondNotSupp: the server does not do the operation at all (a server
 	// without READDIRPLUS), as opposed to this file's type not allowing it.
 	CondNotSupp
+	// CondBadState: the server no longer knows the open or lock state a
+	// call named (v4.1 BAD_STATEID, EXPIRED, ADMIN_REVOKED…): the core
+	// opens the file again, once.
+	CondBadState
 )
 
 func (e Error) Error() string { return e.Name }
@@ -48,6 +52,7 @@ func (e Error) Is(target error) bool {
 var (
 	ErrBadCookie = Error{Errno: syscall.EIO, Name: "bad listing cookie", Cond: CondBadCookie}
 	ErrNotSupp   = Error{Errno: syscall.EOPNOTSUPP, Name: "operation not supported", Cond: CondNotSupp}
+	ErrBadState  = Error{Errno: syscall.EIO, Name: "state unknown to the server", Cond: CondBadState}
 )
 
 // ErrIO is the core's own failure of a server's answer it cannot use (a

@@ -39,7 +39,9 @@ type Delegation struct {
 }
 
 // OpenArgs opens a file: by name in Dir (Create, if set, makes it), or an
-// already known FH. Access and Deny are Share* bits.
+// already known FH. Access and Deny are Share* bits. The open is the
+// caller's identity's (one open owner per uid, as Linux has). Check, if
+// not zero, are the ACCESS bits to ask for in the same round trip.
 type OpenArgs struct {
 	Dir    FH
 	Name   string
@@ -47,6 +49,7 @@ type OpenArgs struct {
 	Access uint32
 	Deny   uint32
 	Create *CreateHow
+	Check  uint32
 }
 
 // OpenRes is what an open brought: the file, its state and, in the same
@@ -72,6 +75,16 @@ type Opener interface {
 	Downgrade(ctx context.Context, c *Cred, fh FH, st StateID, access, deny uint32) (StateID, error)
 }
 
+// StateIO is a server whose I/O names the open it is done under (v4.1's
+// READ, WRITE and SETATTR of a size take the open's stateid); the core
+// uses it for files it holds open through an Opener. A Status with
+// CondBadState says the server no longer knows the state.
+type StateIO interface {
+	ReadState(ctx context.Context, c *Cred, st StateID, fh FH, off uint64, dst []byte) (ReadRes, error)
+	WriteState(ctx context.Context, c *Cred, st StateID, fh FH, off uint64, data []byte, stable Stable) (WriteRes, error)
+	SetAttrState(ctx context.Context, c *Cred, st StateID, fh FH, in SetAttrs) (WccRes, error)
+}
+
 // LockType is a byte-range lock's kind.
 type LockType uint8
 
@@ -82,7 +95,8 @@ const (
 
 // LockArgs names a byte-range lock: [Offset, Offset+Length) (Length 0: to
 // the end) of FH, held by Owner (the kernel's lock owner) under the open
-// State.
+// State. Wait says the caller will wait for it (a hint for the server's
+// fairness: v4's blocking lock types).
 type LockArgs struct {
 	FH     FH
 	State  StateID
@@ -90,6 +104,7 @@ type LockArgs struct {
 	Type   LockType
 	Offset uint64
 	Length uint64
+	Wait   bool
 }
 
 // LockRes is a lock call's result; Conflict describes a lock in the way
@@ -101,7 +116,9 @@ type LockRes struct {
 }
 
 // Locker is a server with byte-range locks between clients (v4.1 LOCK,
-// LOCKU, LOCKT), which the core wires to fcntl and flock.
+// LOCKU, LOCKT), which the core wires to fcntl and flock. A lock owner's
+// locks on a file are kept under the open State they were first taken
+// with; closing that open (Opener.CloseOpen) forgets them.
 type Locker interface {
 	Lock(ctx context.Context, c *Cred, a LockArgs) (LockRes, error)
 	Unlock(ctx context.Context, c *Cred, a LockArgs) (LockRes, error)

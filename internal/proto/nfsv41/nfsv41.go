@@ -3,10 +3,12 @@
 // operation, and GETATTRs of what the core needs), and mounting by walking
 // the export's path from the root filehandle, with no MOUNT protocol.
 //
-// READ, WRITE and SETATTR of a size use the anonymous stateid (RFC 8881
-// §8.2.3): the core opens nothing yet (it does not call proto.Opener), and
-// servers that allow I/O without an open (ganesha does) serve it. Regular
-// files are created with OPEN and closed in the same COMPOUND.
+// It is also a proto.Opener, proto.StateIO and proto.Locker (open.go,
+// lock.go): the core opens files with OPEN and does their I/O under the
+// open stateid. Read, Write and SetAttr use the anonymous stateid (RFC
+// 8881 §8.2.3), for files not open here, which servers that allow I/O
+// without an open (ganesha does) serve; Create (MKNOD of a regular file)
+// opens with OPEN and closes in the same COMPOUND.
 package nfsv41
 
 import (
@@ -60,6 +62,9 @@ type Server struct {
 	owner []byte
 	// root is the export's root handle (a listing's ".." there is itself).
 	root proto.FH
+
+	// locks are the lock owners' lock stateids (lock.go).
+	locks lockTable
 
 	creds rpc.SysCreds // encoded AUTH_SYS per identity
 }

@@ -1,0 +1,377 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"syscall"
+	"time"
+
+	"hushfs/internal/proto"
+)
+
+// Open state on a server that has it (NFSv4.1: proto.Opener). Each open()
+// of a regular file is an OPEN, which brings the file's attributes and the
+// caller's rights in the same round trip: it stands in for close-to-open's
+// GETATTR and ACCESS, one call either way. The server keeps one open per
+// open owner and file; as Linux does, an open owner is an identity (uid),
+// so all of a user's descriptors of a file share one open stateid, which
+// each OPEN widens to the union of their share access. Descriptors are
+// counted by the access they opened with: the last one's release sends
+// CLOSE, and a release that leaves less access needed sends
+// OPEN_DOWNGRADE (a writer gone, readers left), so the server's share
+// reservations are what is open here. READ, WRITE, SETATTR of a size and
+// LOCK go under the open. A server that no longer knows an open (its
+// lease expired, it restarted) gets it again by one OPEN of the same
+// handle, once per call; a second refusal is EIO, never another file's
+// data (the reopen names the file by its handle).
+//
+// NFSv3 has none of this: fs.opener is nil and every path below is the v3
+// one.
+
+// nodeOpens is a regular file's opens, per identity.
+type nodeOpens struct {
+	// mu orders the calls on the opens: OPENs (read-locked) run together
+	// (the server merges them; the newest stateid is kept), OPEN_DOWNGRADE,
+	// CLOSE, a reopen and LOCK (write-locked) alone: each names the open's
+	// latest seqid, and a CLOSE must not pass an OPEN it would undo.
+	mu sync.RWMutex
+	// vmu guards owners for I/O, which reads it without waiting for those
+	// calls; changes hold both.
+	vmu    sync.Mutex
+	owners map[uint32]*ownerOpen // by uid
+}
+
+// ownerOpen is one identity's open of the file.
+type ownerOpen struct {
+	cred  Cred
+	st    proto.StateID
+	held  uint32     // share access the server holds for it
+	count [4]int     // descriptors, by share access (proto.Share*)
+	locks lockOwners // lock owners that took locks under it (lock.go)
+}
+
+// shareOf is the share access an open's flags need.
+func shareOf(flags uint32) uint32 {
+	switch flags & syscall.O_ACCMODE {
+	case syscall.O_WRONLY:
+		return proto.ShareWrite
+	case syscall.O_RDWR:
+		return proto.ShareBoth
+	}
+	return proto.ShareRead
+}
+
+// opensOf returns n's opens, made on first use.
+func (fs *FS) opensOf(n *inode) *nodeOpens {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.opens4 == nil {
+		n.opens4 = &nodeOpens{owners: map[uint32]*ownerOpen{}}
+	}
+	return n.opens4
+}
+
+// newer reports whether a is a later version of the same state than b.
+func newer(a, b proto.StateID) bool { return a.Other != b.Other || int32(a.Seq-b.Seq) > 0 }
+
+// addLocked counts a descriptor of c opened with share under st.
+//
+// LOCKS_REQUIRED(no.mu, read or write)
+func (no *nodeOpens) addLocked(c *Cred, st proto.StateID, share uint32) {
+	no.vmu.Lock()
+	defer no.vmu.Unlock()
+	ow := no.owners[c.UID]
+	if ow == nil {
+		ow = &ownerOpen{cred: Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)}, st: st}
+		no.owners[c.UID] = ow
+	}
+	if newer(st, ow.st) {
+		ow.st = st
+	}
+	ow.held |= share
+	ow.count[share]++
+}
+
+// openState opens n for an open() with flags: one OPEN with the file's
+// attributes and the caller's rights. It returns the share access the
+// descriptor holds.
+//
+// Until the open's reply to the kernel is decided (Open lowers
+// n.opening, on success), a change of the file's data the OPEN's
+// attributes show is not notified to the kernel: the reply does it,
+// without FOPEN_KEEP_CACHE and with the attributes invalidated. The
+// queued notification would reach the kernel after that reply, while it
+// fetches the attributes for its first read, and make it drop them (its
+// attribute version moved): it read on with the size from before the
+// change, and a short read at the old end then set a wrong size.
+func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (share uint32, err error) {
+	n.mu.Lock()
+	n.opening++
+	gen := n.dataGen
+	n.mu.Unlock()
+	defer func() {
+		if err != nil {
+			fs.openFailed(n, gen)
+		}
+	}()
+	share = shareOf(flags)
+	want := accessWant(n, accessForOpen(flags))
+	no := fs.opensOf(n)
+	no.mu.RLock()
+	at := fs.now()
+	res, err := fs.opener.Open(ctx, c, proto.OpenArgs{FH: n.fh, Access: share, Check: accessAll})
+	if err != nil {
+		no.mu.RUnlock()
+		return 0, err
+	}
+	fs.applyAttr(n, &res.Attr, at)
+	if res.Status != nil {
+		no.mu.RUnlock()
+		fs.noteStale(n, res.Status)
+		return 0, res.Status
+	}
+	no.addLocked(c, res.State, share)
+	no.mu.RUnlock()
+	if res.Granted {
+		fs.storeAccess(n, c, res.Access, at)
+		if res.Access&want == want {
+			return share, nil
+		}
+		err = syscall.EACCES
+	} else {
+		// The OPEN's ACCESS did not run: ask on its own.
+		err = fs.Access(ctx, c, n.id, accessForOpen(flags))
+		if err == nil {
+			return share, nil
+		}
+	}
+	no.mu.Lock()
+	defer no.mu.Unlock()
+	fs.dropLocked(ctx, n, no, c.UID, share)
+	return 0, err
+}
+
+// openFailed ends an open under way (openState) that gives the kernel no
+// reply to learn from: a change seen meanwhile is notified after all.
+func (fs *FS) openFailed(n *inode, gen uint64) {
+	n.mu.Lock()
+	n.opening--
+	changed := n.dataGen != gen
+	n.mu.Unlock()
+	if changed {
+		fs.notify.InvalidateData(n.id)
+	}
+}
+
+// createOpen is a create's CREATE as an OPEN that creates the file, left
+// open for the descriptor being made (one round trip, as v3's CREATE).
+func (fs *FS) createOpen(ctx context.Context, c *Cred, dir *inode, name string, how proto.CreateHow, share uint32) (proto.CreateRes, proto.StateID, error) {
+	res, err := fs.opener.Open(ctx, c, proto.OpenArgs{Dir: dir.fh, Name: name, Access: share, Create: &how})
+	if err != nil {
+		return proto.CreateRes{}, proto.StateID{}, err
+	}
+	out := proto.CreateRes{Status: res.Status, Attr: res.Attr, DirWcc: res.DirWcc}
+	if len(res.FH) > 0 {
+		out.FH = proto.PostFH{Present: true, FH: res.FH}
+	}
+	return out, res.State, nil
+}
+
+// adoptOpen counts the descriptor a create opened under st on n; if n
+// could not be had, the open is closed.
+func (fs *FS) adoptOpen(ctx context.Context, c *Cred, n *inode, fh proto.FH, st proto.StateID, share uint32) {
+	if n == nil {
+		if err := fs.opener.CloseOpen(ctx, c, fh, st); err != nil {
+			fs.logf("hushfs: closing the open of a new file: %v", err)
+		}
+		return
+	}
+	no := fs.opensOf(n)
+	no.mu.RLock()
+	defer no.mu.RUnlock()
+	no.addLocked(c, st, share)
+}
+
+// closeState ends a descriptor's part in its open: CLOSE if it was the
+// identity's last, OPEN_DOWNGRADE if the rest need less access.
+func (fs *FS) closeState(ctx context.Context, of *openFile) {
+	no := fs.opensOf(of.node)
+	no.mu.Lock()
+	defer no.mu.Unlock()
+	fs.dropLocked(ctx, of.node, no, of.cred.UID, of.share)
+}
+
+// dropLocked uncounts a descriptor of uid's open of n opened with share.
+//
+// LOCKS_REQUIRED(no.mu)
+func (fs *FS) dropLocked(ctx context.Context, n *inode, no *nodeOpens, uid, share uint32) {
+	no.vmu.Lock()
+	ow := no.owners[uid]
+	if ow == nil || ow.count[share] == 0 {
+		no.vmu.Unlock()
+		return
+	}
+	ow.count[share]--
+	var need uint32
+	for s := range ow.count {
+		if ow.count[s] > 0 {
+			need |= uint32(s)
+		}
+	}
+	if need == 0 {
+		delete(no.owners, uid)
+	}
+	no.vmu.Unlock()
+	if need == 0 {
+		if err := fs.opener.CloseOpen(ctx, &ow.cred, n.fh, ow.st); err != nil {
+			fs.logf("hushfs: closing node %d: %v (the server drops the open when our lease ends)", n.id, err)
+		}
+		return
+	}
+	if need == ow.held {
+		return
+	}
+	st, err := fs.opener.Downgrade(ctx, &ow.cred, n.fh, ow.st, need, 0)
+	if err != nil {
+		// Still open with more access than needed: harmless to us; another
+		// client's deny may be refused until the last close.
+		fs.logf("hushfs: narrowing the open of node %d: %v", n.id, err)
+		return
+	}
+	no.vmu.Lock()
+	ow.st, ow.held = st, need
+	no.vmu.Unlock()
+}
+
+// ioState picks the open c's I/O on n goes under: c's own if it has the
+// access, else any open of the file that has it. ok is false where there
+// is none (NFSv3; a file not open here: the anonymous stateid).
+func (fs *FS) ioState(n *inode, c *Cred, write bool) (st proto.StateID, uid uint32, ok bool) {
+	if fs.sio == nil {
+		return proto.StateID{}, 0, false
+	}
+	n.mu.Lock()
+	no := n.opens4
+	n.mu.Unlock()
+	if no == nil {
+		return proto.StateID{}, 0, false
+	}
+	need := uint32(proto.ShareRead)
+	if write {
+		need = proto.ShareWrite
+	}
+	no.vmu.Lock()
+	defer no.vmu.Unlock()
+	if ow := no.owners[c.UID]; ow != nil && ow.held&need != 0 {
+		return ow.st, c.UID, true
+	}
+	for uid, ow := range no.owners {
+		if ow.held&need != 0 {
+			return ow.st, uid, true
+		}
+	}
+	return proto.StateID{}, 0, false
+}
+
+// underState runs call under the open c's I/O on n goes under (st nil:
+// none, the protocol's plain call). A status saying the server no longer
+// knows the open opens the file again, once, and runs call again; what
+// the second answer says stands (EIO if it is the same refusal). call
+// returns the server's status and the call's error.
+func (fs *FS) underState(ctx context.Context, n *inode, c *Cred, write bool, call func(st *proto.StateID) (status, err error)) error {
+	st, uid, ok := fs.ioState(n, c, write)
+	if !ok {
+		_, err := call(nil)
+		return err
+	}
+	status, err := call(&st)
+	if err != nil || !errors.Is(status, proto.ErrBadState) {
+		return err
+	}
+	again, ok, closed := fs.reopen(ctx, n, uid, st, status)
+	switch {
+	case closed:
+		// Closed here while the call was on its way (write-back after the
+		// last release): no open to name, as for any file not open.
+		_, err = call(nil)
+	case ok:
+		_, err = call(&again)
+	}
+	return err // else the refusal stands: EIO
+}
+
+// reopen opens n again for uid after the server said it no longer knows
+// the open old: an OPEN of the handle per share access the descriptors
+// hold (each a part a later OPEN_DOWNGRADE may narrow to), unless another
+// call reopened it meanwhile. Locks held under the old open are lost (the
+// server may have granted them to another client since): logged.
+//
+// closed reports that uid's open was closed meanwhile: there is nothing
+// to reopen.
+func (fs *FS) reopen(ctx context.Context, n *inode, uid uint32, old proto.StateID, why error) (st proto.StateID, ok, closed bool) {
+	no := fs.opensOf(n)
+	no.mu.Lock()
+	defer no.mu.Unlock()
+	no.vmu.Lock()
+	ow := no.owners[uid]
+	no.vmu.Unlock()
+	if ow == nil {
+		return proto.StateID{}, false, true
+	}
+	if ow.st.Other != old.Other {
+		return ow.st, true, false
+	}
+	fs.logf("hushfs: node %d: the server no longer knows our open (%v); opening it again", n.id, why)
+	st = old
+	for share := uint32(1); share < 4; share++ {
+		if ow.count[share] == 0 {
+			continue
+		}
+		at := fs.now()
+		res, err := fs.opener.Open(ctx, &ow.cred, proto.OpenArgs{FH: n.fh, Access: share})
+		if err == nil && res.Status != nil {
+			err = res.Status
+		}
+		if err != nil {
+			fs.logf("hushfs: node %d: opening it again: %v; its I/O fails with EIO", n.id, err)
+			return proto.StateID{}, false, false
+		}
+		fs.applyAttr(n, &res.Attr, at)
+		if !ok || newer(res.State, st) {
+			st, ok = res.State, true
+		}
+	}
+	if !ok {
+		return proto.StateID{}, false, false
+	}
+	no.vmu.Lock()
+	lost := len(ow.locks)
+	ow.st, ow.locks = st, nil
+	no.vmu.Unlock()
+	if lost > 0 {
+		fs.logf("hushfs: node %d: locks of %d lock owners were lost with the old open", n.id, lost)
+	}
+	return st, true, false
+}
+
+// storeAccess caches the rights the server granted c on n, with the
+// attributes n now has (from the same reply).
+func (fs *FS) storeAccess(n *inode, c *Cred, granted uint32, at time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.attrValid {
+		return
+	}
+	if n.access == nil {
+		n.access = map[string]accessEntry{}
+	}
+	if len(n.access) > 64 {
+		clear(n.access) // a node is rarely used by many identities
+	}
+	n.access[credKey(c)] = accessEntry{granted: granted, mode: n.attr.Mode, uid: n.attr.UID,
+		gid: n.attr.GID, ctime: n.attr.Ctime, at: at}
+}
+
+// lockOwners are the kernel's lock owners that took locks under an open.
+type lockOwners map[uint64]struct{}

@@ -1,0 +1,253 @@
+package nfsv41
+
+import (
+	"context"
+	"fmt"
+
+	"hushfs/internal/nfs4"
+	"hushfs/internal/proto"
+)
+
+// Opens (proto.Opener) and the I/O done under them (proto.StateIO).
+//
+// An open belongs to an open owner; there is one per identity (uid), as
+// Linux has, so the opens of one user's processes of a file share one
+// open stateid, which the server upgrades with each OPEN and which
+// OPEN_DOWNGRADE and CLOSE undo. The core counts its descriptors and
+// decides which of these to send; this package only speaks them.
+
+var (
+	_ proto.Opener  = (*Server)(nil)
+	_ proto.StateIO = (*Server)(nil)
+)
+
+// openOwner is the open owner of c's opens: one per uid. The client ID
+// already tells this mount from any other client.
+func (s *Server) openOwner(c *proto.Cred) nfs4.StateOwner {
+	return nfs4.StateOwner{ClientID: s.sess.Info().ClientID, Owner: fmt.Appendf(nil, "hushfs open uid %d", c.UID)}
+}
+
+func stateidOf(st proto.StateID) nfs4.Stateid { return nfs4.Stateid{Seqid: st.Seq, Other: st.Other} }
+func stateOf(st nfs4.Stateid) proto.StateID   { return proto.StateID{Seq: st.Seqid, Other: st.Other} }
+
+// ioStateid is st for READ, WRITE and SETATTR: seqid 0 means the server's
+// current one (RFC 8881 §8.2.2), so an OPEN upgrading the state while the
+// I/O is on its way does not make it OLD_STATEID.
+func ioStateid(st proto.StateID) nfs4.Stateid { return nfs4.Stateid{Other: st.Other} }
+
+// stateErr is statusErr, marking the statuses that say the server no
+// longer knows the state named (the core reopens once).
+func stateErr(st nfs4.Status) error {
+	err := statusErr(st)
+	switch st {
+	case nfs4.ErrBadStateid, nfs4.ErrExpired, nfs4.ErrAdminRevoked, nfs4.ErrStaleStateid,
+		nfs4.ErrDelegRevoked, nfs4.ErrStaleClientID:
+		e := err.(proto.Error)
+		e.Cond = proto.CondBadState
+		return e
+	}
+	return err
+}
+
+// Open opens a file in one COMPOUND: by handle (CLAIM_FH), with its
+// attributes and the caller's rights (what v3's close-to-open GETATTR and
+// ACCESS bring), or by name in a directory (CLAIM_NULL; creating it if
+// a.Create is set), with the file's handle and the directory's attributes
+// around the OPEN and its change_info. A delegation is not wanted; one
+// granted anyway is given back at once.
+func (s *Server) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (proto.OpenRes, error) {
+	open := &nfs4.OpenArgs{
+		ShareAccess: a.Access | nfs4.ShareAccessWantNoDeleg,
+		ShareDeny:   a.Deny,
+		Owner:       s.openOwner(c),
+	}
+	byName := a.Create != nil || len(a.FH) == 0
+	var ops []nfs4.Argop
+	iOpen, iFH, iAttr, iAccess, iPre, iPost := -1, -1, -1, -1, -1, -1
+	name := "OPEN"
+	if byName {
+		open.Claim = nfs4.OpenClaim{Type: nfs4.ClaimNull, File: []byte(a.Name)}
+		if how := a.Create; how != nil {
+			name = "CREATE" // counted as v3's, which it replaces
+			open.OpenType = nfs4.OpenCreate
+			switch how.Mode {
+			case proto.Unchecked:
+				open.CreateMode = nfs4.Unchecked
+				open.CreateAttrs = fattrOf(&how.Attrs)
+			case proto.Guarded:
+				open.CreateMode = nfs4.Guarded
+				open.CreateAttrs = fattrOf(&how.Attrs)
+			case proto.Exclusive:
+				open.CreateMode = nfs4.Exclusive41
+				open.CreateVerf = nfs4.Verifier(how.Verf)
+			}
+		}
+		ops = append(ops, putfh(a.Dir), getattr(fileAttrs))
+		iPre = 1
+	} else {
+		open.Claim = nfs4.OpenClaim{Type: nfs4.ClaimFH}
+		ops = append(ops, putfh(a.FH))
+	}
+	iOpen = len(ops)
+	ops = append(ops, nfs4.Argop{Op: nfs4.OpOpen, Args: open})
+	if byName {
+		iFH = len(ops)
+		ops = append(ops, nfs4.Argop{Op: nfs4.OpGetFH})
+	}
+	iAttr = len(ops)
+	ops = append(ops, getattr(fileAttrs))
+	if a.Check != 0 {
+		iAccess = len(ops)
+		ops = append(ops, nfs4.Argop{Op: nfs4.OpAccess, Args: &nfs4.AccessArgs{Access: a.Check}})
+	}
+	if byName {
+		ops = append(ops, putfh(a.Dir), getattr(fileAttrs))
+		iPost = len(ops) - 1
+	}
+	r, err := s.compound(ctx, c, name, ops)
+	if err != nil {
+		return proto.OpenRes{}, err
+	}
+	out := proto.OpenRes{Status: stateErr(r.status(iOpen))}
+	var pre proto.PostAttr
+	if byName {
+		pre, _ = r.attrs(iPre)
+	}
+	o, ok := r.at(iOpen).(*nfs4.OpenRes)
+	if !ok || o.Status != nfs4.OK {
+		out.DirWcc = failedWcc(pre)
+		return out, nil
+	}
+	out.State = stateOf(o.Stateid)
+	if byName {
+		if g, ok := r.at(iFH).(*nfs4.GetFHRes); ok && g.Status == nfs4.OK && len(g.FH) > 0 {
+			out.FH = proto.FH(g.FH)
+		}
+		dirAttr, _ := r.attrs(iPost)
+		out.DirWcc = wccOf(&o.CInfo, pre, dirAttr)
+	} else {
+		out.FH = a.FH
+	}
+	out.Attr, _ = r.attrs(iAttr)
+	if iAccess >= 0 {
+		if acc, ok := r.at(iAccess).(*nfs4.AccessRes); ok && acc.Status == nfs4.OK {
+			out.Access, out.Granted = acc.Access&acc.Supported&a.Check, true
+		}
+	}
+	if d := o.Delegation; (d.Type == nfs4.DelegateRead || d.Type == nfs4.DelegateWrite) && len(out.FH) > 0 {
+		s.returnDeleg(ctx, c, out.FH, d.Stateid)
+	}
+	return out, nil
+}
+
+// returnDeleg gives back a delegation granted though none was wanted (the
+// core keeps no delegations yet). A failure is logged: the server takes
+// it back when it recalls it and we do not answer, or at the lease's end.
+func (s *Server) returnDeleg(ctx context.Context, c *proto.Cred, fh proto.FH, st nfs4.Stateid) {
+	r, err := s.compound(ctx, c, "DELEGRETURN", []nfs4.Argop{putfh(fh),
+		{Op: nfs4.OpDelegReturn, Args: &nfs4.DelegReturnArgs{Stateid: st}}})
+	if err == nil && r.res.Status != nfs4.OK {
+		err = r.res.Status
+	}
+	if err != nil {
+		s.logf("hushfs: NFSv4.1 returning a delegation we did not want: %v", err)
+	}
+}
+
+// CloseOpen closes an open (CLOSE). Locks the server still holds under it
+// (LOCKS_HELD: a lock owner whose unlock never came) are released first,
+// and the open's lock states are forgotten. A state the server no longer
+// knows is closed already.
+func (s *Server) CloseOpen(ctx context.Context, c *proto.Cred, fh proto.FH, st proto.StateID) error {
+	defer s.locks.forgetOpen(st.Other)
+	closeOps := []nfs4.Argop{putfh(fh), {Op: nfs4.OpClose, Args: &nfs4.CloseArgs{Stateid: stateidOf(st)}}}
+	r, err := s.compound(ctx, c, "CLOSE", closeOps)
+	if err != nil {
+		return err
+	}
+	if r.status(1) == nfs4.ErrLocksHeld {
+		s.unlockAll(ctx, c, fh, st.Other)
+		if r, err = s.compound(ctx, c, "CLOSE", closeOps); err != nil {
+			return err
+		}
+	}
+	switch st := r.status(1); st {
+	case nfs4.OK, nfs4.ErrBadStateid, nfs4.ErrExpired, nfs4.ErrAdminRevoked, nfs4.ErrStaleStateid:
+		return nil
+	default:
+		return fmt.Errorf("CLOSE: %w", statusErr(st))
+	}
+}
+
+// Downgrade narrows an open to the share access its remaining opens need
+// (OPEN_DOWNGRADE), returning the open's new stateid.
+func (s *Server) Downgrade(ctx context.Context, c *proto.Cred, fh proto.FH, st proto.StateID, access, deny uint32) (proto.StateID, error) {
+	r, err := s.compound(ctx, c, "OPEN_DOWNGRADE", []nfs4.Argop{putfh(fh), {Op: nfs4.OpOpenDowngrade,
+		Args: &nfs4.OpenDowngradeArgs{Stateid: stateidOf(st), ShareAccess: access, ShareDeny: deny}}})
+	if err != nil {
+		return st, err
+	}
+	d, ok := r.at(1).(*nfs4.OpenDowngradeRes)
+	if !ok || d.Status != nfs4.OK {
+		return st, fmt.Errorf("OPEN_DOWNGRADE: %w", stateErr(r.status(1)))
+	}
+	return stateOf(d.Stateid), nil
+}
+
+// ReadState is Read under an open's state.
+func (s *Server) ReadState(ctx context.Context, c *proto.Cred, st proto.StateID, fh proto.FH, off uint64, dst []byte) (proto.ReadRes, error) {
+	args := &nfs4.ReadArgs{Stateid: ioStateid(st), Offset: off, Count: uint32(len(dst))}
+	r, err := s.compound(ctx, c, "READ", []nfs4.Argop{putfh(fh), {Op: nfs4.OpRead, Args: args}, getattr(fileAttrs)})
+	if err != nil {
+		return proto.ReadRes{}, err
+	}
+	out := proto.ReadRes{Status: stateErr(r.status(1))}
+	out.Attr, _ = r.attrs(2)
+	if rd, ok := r.at(1).(*nfs4.ReadRes); ok && rd.Status == nfs4.OK {
+		if len(rd.Data) > len(dst) {
+			return proto.ReadRes{}, fmt.Errorf("READ: %d bytes in the reply to a read of %d", len(rd.Data), len(dst))
+		}
+		out.N, out.EOF = copy(dst, rd.Data), rd.EOF
+	}
+	return out, nil
+}
+
+// WriteState is Write under an open's state.
+func (s *Server) WriteState(ctx context.Context, c *proto.Cred, st proto.StateID, fh proto.FH, off uint64, data []byte, stable proto.Stable) (proto.WriteRes, error) {
+	args := &nfs4.WriteArgs{Stateid: ioStateid(st), Offset: off, Stable: nfs4.StableHow(stable), Data: data}
+	r, err := s.compound(ctx, c, "WRITE", []nfs4.Argop{putfh(fh), {Op: nfs4.OpWrite, Args: args}, getattr(fileAttrs)})
+	if err != nil {
+		return proto.WriteRes{}, err
+	}
+	out := proto.WriteRes{Status: stateErr(r.status(1))}
+	out.Wcc.After, _ = r.attrs(2)
+	if w, ok := r.at(1).(*nfs4.WriteRes); ok && w.Status == nfs4.OK {
+		if w.Count > uint32(len(data)) {
+			return proto.WriteRes{}, fmt.Errorf("WRITE: the server wrote %d bytes of %d", w.Count, len(data))
+		}
+		out.Count, out.Committed, out.Verf = w.Count, proto.Stable(w.Committed), proto.Verf(w.Verf)
+	}
+	return out, nil
+}
+
+// SetAttrState is SetAttr under an open's state (a size change needs it:
+// share reservations and mandatory locks are checked against it).
+func (s *Server) SetAttrState(ctx context.Context, c *proto.Cred, st proto.StateID, fh proto.FH, in proto.SetAttrs) (proto.WccRes, error) {
+	sa := &nfs4.SetattrArgs{Stateid: ioStateid(st), Attrs: fattrOf(&in)}
+	r, err := s.compound(ctx, c, "SETATTR", []nfs4.Argop{putfh(fh), getattr(fileAttrs),
+		{Op: nfs4.OpSetattr, Args: sa}, getattr(fileAttrs)})
+	if err != nil {
+		return proto.WccRes{}, err
+	}
+	out := proto.WccRes{Status: stateErr(r.status(2))}
+	if before, ok := r.attrs(1); ok {
+		out.Wcc.Before = preOf(before)
+		if out.Status != nil {
+			out.Wcc.After = before // it changed nothing
+		}
+	}
+	if after, ok := r.attrs(3); ok {
+		out.Wcc.After = after
+	}
+	return out, nil
+}
