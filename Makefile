@@ -41,7 +41,7 @@ soak-quick:
 # The conformance suites, built from their tarballs in a scratch directory:
 # pjdfstest whole against hushfs serve and against ganesha, cthon04 (basic,
 # general, special, lock) against hushfs serve, pynfs's NFSv4.1 server tests
-# against hushfs serve, and pjdfstest and cthon04 (no lock group yet) on a
+# against hushfs serve, and pjdfstest and cthon04 (all groups) on a
 # vers=4.1 mount of ganesha, all at once. Any failure but the listed expected
 # ones (test/conformance/expected_test.go) fails CI; the summary names every
 # failure. About 5 minutes.
