@@ -196,58 +196,16 @@ func (s *Server) Downgrade(ctx context.Context, c *proto.Cred, fh proto.FH, st p
 
 // ReadState is Read under an open's state.
 func (s *Server) ReadState(ctx context.Context, c *proto.Cred, st proto.StateID, fh proto.FH, off uint64, dst []byte) (proto.ReadRes, error) {
-	args := &nfs4.ReadArgs{Stateid: ioStateid(st), Offset: off, Count: uint32(len(dst))}
-	r, err := s.compound(ctx, c, "READ", []nfs4.Argop{putfh(fh), {Op: nfs4.OpRead, Args: args}, getattr(fileAttrs)})
-	if err != nil {
-		return proto.ReadRes{}, err
-	}
-	out := proto.ReadRes{Status: stateErr(r.status(1))}
-	out.Attr, _ = r.attrs(2)
-	if rd, ok := r.at(1).(*nfs4.ReadRes); ok && rd.Status == nfs4.OK {
-		if len(rd.Data) > len(dst) {
-			return proto.ReadRes{}, fmt.Errorf("READ: %d bytes in the reply to a read of %d", len(rd.Data), len(dst))
-		}
-		out.N, out.EOF = copy(dst, rd.Data), rd.EOF
-	}
-	return out, nil
+	return s.read(ctx, c, ioStateid(st), stateErr, fh, off, dst)
 }
 
 // WriteState is Write under an open's state.
 func (s *Server) WriteState(ctx context.Context, c *proto.Cred, st proto.StateID, fh proto.FH, off uint64, data []byte, stable proto.Stable) (proto.WriteRes, error) {
-	args := &nfs4.WriteArgs{Stateid: ioStateid(st), Offset: off, Stable: nfs4.StableHow(stable), Data: data}
-	r, err := s.compound(ctx, c, "WRITE", []nfs4.Argop{putfh(fh), {Op: nfs4.OpWrite, Args: args}, getattr(fileAttrs)})
-	if err != nil {
-		return proto.WriteRes{}, err
-	}
-	out := proto.WriteRes{Status: stateErr(r.status(1))}
-	out.Wcc.After, _ = r.attrs(2)
-	if w, ok := r.at(1).(*nfs4.WriteRes); ok && w.Status == nfs4.OK {
-		if w.Count > uint32(len(data)) {
-			return proto.WriteRes{}, fmt.Errorf("WRITE: the server wrote %d bytes of %d", w.Count, len(data))
-		}
-		out.Count, out.Committed, out.Verf = w.Count, proto.Stable(w.Committed), proto.Verf(w.Verf)
-	}
-	return out, nil
+	return s.write(ctx, c, ioStateid(st), stateErr, fh, off, data, stable)
 }
 
 // SetAttrState is SetAttr under an open's state (a size change needs it:
 // share reservations and mandatory locks are checked against it).
 func (s *Server) SetAttrState(ctx context.Context, c *proto.Cred, st proto.StateID, fh proto.FH, in proto.SetAttrs) (proto.WccRes, error) {
-	sa := &nfs4.SetattrArgs{Stateid: ioStateid(st), Attrs: fattrOf(&in)}
-	r, err := s.compound(ctx, c, "SETATTR", []nfs4.Argop{putfh(fh), getattr(fileAttrs),
-		{Op: nfs4.OpSetattr, Args: sa}, getattr(fileAttrs)})
-	if err != nil {
-		return proto.WccRes{}, err
-	}
-	out := proto.WccRes{Status: stateErr(r.status(2))}
-	if before, ok := r.attrs(1); ok {
-		out.Wcc.Before = preOf(before)
-		if out.Status != nil {
-			out.Wcc.After = before // it changed nothing
-		}
-	}
-	if after, ok := r.attrs(3); ok {
-		out.Wcc.After = after
-	}
-	return out, nil
+	return s.setattr(ctx, c, ioStateid(st), stateErr, fh, in)
 }

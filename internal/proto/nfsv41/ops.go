@@ -89,16 +89,21 @@ func (s *Server) GetAttr(ctx context.Context, c *proto.Cred, fh proto.FH) (proto
 // to the cache's: the change was ours). A size goes with the anonymous
 // stateid (no open).
 func (s *Server) SetAttr(ctx context.Context, c *proto.Cred, fh proto.FH, in proto.SetAttrs) (proto.WccRes, error) {
-	sa := &nfs4.SetattrArgs{Stateid: nfs4.AnonymousStateid, Attrs: fattrOf(&in)}
+	return s.setattr(ctx, c, nfs4.AnonymousStateid, statusErr, fh, in)
+}
+
+// setattr is one SETATTR under stateid st, with GETATTRs around it for its
+// pre-operation attributes; errOf maps the status.
+func (s *Server) setattr(ctx context.Context, c *proto.Cred, st nfs4.Stateid, errOf func(nfs4.Status) error, fh proto.FH, in proto.SetAttrs) (proto.WccRes, error) {
+	sa := &nfs4.SetattrArgs{Stateid: st, Attrs: fattrOf(&in)}
 	r, err := s.compound(ctx, c, "SETATTR", []nfs4.Argop{putfh(fh), getattr(fileAttrs),
 		{Op: nfs4.OpSetattr, Args: sa}, getattr(fileAttrs)})
 	if err != nil {
 		return proto.WccRes{}, err
 	}
-	out := proto.WccRes{Status: statusErr(r.status(2))}
+	out := proto.WccRes{Status: errOf(r.status(2))}
 	if before, ok := r.attrs(1); ok {
-		b := &before.Attr
-		out.Wcc.Before = proto.PreAttr{Present: true, Attr: proto.WccAttr{Size: b.Size, Mtime: b.Mtime, Ctime: b.Ctime}}
+		out.Wcc.Before = preOf(before)
 		if out.Status != nil {
 			out.Wcc.After = before // it changed nothing
 		}
@@ -161,14 +166,20 @@ func (s *Server) Readlink(ctx context.Context, c *proto.Cred, fh proto.FH) (prot
 	return out, nil
 }
 
-// Read uses the anonymous stateid: no OPEN (see the package comment).
+// Read uses the anonymous stateid: the file is not open here (see the
+// package comment).
 func (s *Server) Read(ctx context.Context, c *proto.Cred, fh proto.FH, off uint64, dst []byte) (proto.ReadRes, error) {
-	args := &nfs4.ReadArgs{Stateid: nfs4.AnonymousStateid, Offset: off, Count: uint32(len(dst))}
+	return s.read(ctx, c, nfs4.AnonymousStateid, statusErr, fh, off, dst)
+}
+
+// read is one READ into dst under stateid st; errOf maps the status.
+func (s *Server) read(ctx context.Context, c *proto.Cred, st nfs4.Stateid, errOf func(nfs4.Status) error, fh proto.FH, off uint64, dst []byte) (proto.ReadRes, error) {
+	args := &nfs4.ReadArgs{Stateid: st, Offset: off, Count: uint32(len(dst))}
 	r, err := s.compound(ctx, c, "READ", []nfs4.Argop{putfh(fh), {Op: nfs4.OpRead, Args: args}, getattr(fileAttrs)})
 	if err != nil {
 		return proto.ReadRes{}, err
 	}
-	out := proto.ReadRes{Status: statusErr(r.status(1))}
+	out := proto.ReadRes{Status: errOf(r.status(1))}
 	out.Attr, _ = r.attrs(2)
 	if rd, ok := r.at(1).(*nfs4.ReadRes); ok && rd.Status == nfs4.OK {
 		if len(rd.Data) > len(dst) {
@@ -179,16 +190,21 @@ func (s *Server) Read(ctx context.Context, c *proto.Cred, fh proto.FH, off uint6
 	return out, nil
 }
 
-// Write uses the anonymous stateid: no OPEN (see the package comment).
-// v4 has no pre-operation attributes for WRITE; the core knows its writes
-// are its own.
+// Write uses the anonymous stateid: the file is not open here (see the
+// package comment). v4 has no pre-operation attributes for WRITE; the core
+// knows its writes are its own.
 func (s *Server) Write(ctx context.Context, c *proto.Cred, fh proto.FH, off uint64, data []byte, stable proto.Stable) (proto.WriteRes, error) {
-	args := &nfs4.WriteArgs{Stateid: nfs4.AnonymousStateid, Offset: off, Stable: nfs4.StableHow(stable), Data: data}
+	return s.write(ctx, c, nfs4.AnonymousStateid, statusErr, fh, off, data, stable)
+}
+
+// write is one WRITE of data under stateid st; errOf maps the status.
+func (s *Server) write(ctx context.Context, c *proto.Cred, st nfs4.Stateid, errOf func(nfs4.Status) error, fh proto.FH, off uint64, data []byte, stable proto.Stable) (proto.WriteRes, error) {
+	args := &nfs4.WriteArgs{Stateid: st, Offset: off, Stable: nfs4.StableHow(stable), Data: data}
 	r, err := s.compound(ctx, c, "WRITE", []nfs4.Argop{putfh(fh), {Op: nfs4.OpWrite, Args: args}, getattr(fileAttrs)})
 	if err != nil {
 		return proto.WriteRes{}, err
 	}
-	out := proto.WriteRes{Status: statusErr(r.status(1))}
+	out := proto.WriteRes{Status: errOf(r.status(1))}
 	out.Wcc.After, _ = r.attrs(2)
 	if w, ok := r.at(1).(*nfs4.WriteRes); ok && w.Status == nfs4.OK {
 		if w.Count > uint32(len(data)) {
