@@ -280,7 +280,13 @@ func (n *inode) cachedAttrLocked(now time.Time) (proto.Attr, time.Duration, bool
 	}
 	left := n.attrTime.Add(n.attrTimeo).Sub(now)
 	if left <= 0 {
-		return proto.Attr{}, 0, false
+		if !n.delegated || n.attrTimeo <= 0 {
+			return proto.Attr{}, 0, false
+		}
+		// Under a read delegation nobody changes the file without the
+		// server recalling it first (deleg.go): the attributes are good,
+		// and the kernel may keep them for their usual lifetime.
+		left = n.attrTimeo
 	}
 	return n.attr, left, true
 }

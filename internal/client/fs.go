@@ -40,14 +40,17 @@ type FS struct {
 	srv  proto.Server // the server, through the protocol's seam
 	// What the server offers beyond proto.Server (v4.1): opens with the
 	// I/O under them, and locks; nil for NFSv3 (openstate.go, lock.go).
-	opener  proto.Opener
-	sio     proto.StateIO
-	locker  proto.Locker
-	limits  proto.Limits // what the protocol can carry
-	stats   *Stats
-	nodes   *inodeTable
-	rootFH  proto.FH
-	offSeed maphash.Seed // keys directory offsets (dirOffset)
+	opener proto.Opener
+	sio    proto.StateIO
+	locker proto.Locker
+	// delegator takes read delegations (deleg.go); nil for NFSv3.
+	delegator proto.Delegator
+	dl        delegTable
+	limits    proto.Limits // what the protocol can carry
+	stats     *Stats
+	nodes     *inodeTable
+	rootFH    proto.FH
+	offSeed   maphash.Seed // keys directory offsets (dirOffset)
 
 	// Transfer sizes negotiated with the server (FSINFO).
 	rsize, wsize, dtpref uint32
@@ -154,6 +157,7 @@ func Mount(ctx context.Context, cfg Config) (*FS, error) {
 	fs.transferSizes(&exp)
 	fs.life, fs.endLife = context.WithCancel(context.Background())
 	fs.wb = newWriteback(fs)
+	fs.initDelegs(srv) // after life: the idle sweeper runs under it
 	return fs, nil
 }
 

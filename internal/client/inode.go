@@ -60,6 +60,9 @@ type inode struct {
 	access map[string]accessEntry
 	// opens: a regular file's v4.1 open state (openstate.go).
 	opens4 *nodeOpens
+	// delegated: the mount holds a read delegation of the file: its
+	// attributes stay valid past their lifetime (deleg.go).
+	delegated bool
 	// opening counts v4.1 opens under way, which tell the kernel of a
 	// change they find themselves (openstate.go: openState).
 	opening int

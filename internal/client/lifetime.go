@@ -103,6 +103,7 @@ func (fs *FS) Close(ctx context.Context) error {
 	fs.closing = true
 	fs.bgMu.Unlock()
 	fs.bg.Wait() // directory passes end with the mount's lifetime
+	fs.closeDelegs(ctx)
 	if err != nil {
 		select {
 		case <-major:

@@ -177,11 +177,13 @@ func (fs *FS) lockOnce(ctx context.Context, c *Cred, of *openFile, no *nodeOpens
 		// Under no.mu: the open's stateid is its latest, and no CLOSE of it
 		// passes the LOCK.
 		no.mu.Lock()
-		ow, st, ok := no.ownerState(of.cred.UID)
+		ow, _, ok := no.ownerState(of.cred.UID)
 		if !ok {
 			no.mu.Unlock()
 			return syscall.EBADF
 		}
+		fs.realizeLocked(ctx, of.node, no, ow) // a lock needs an open, not a delegation
+		_, st, _ := no.ownerState(of.cred.UID)
 		a.State = st
 		res, err := fs.locker.Lock(ctx, c, a)
 		if err == nil && res.Status == nil {

@@ -49,6 +49,11 @@ type ownerOpen struct {
 	held  uint32     // share access the server holds for it
 	count [4]int     // descriptors, by share access (proto.Share*)
 	locks lockOwners // lock owners that took locks under it (lock.go)
+	// viaDeleg: the server holds no open for it; its descriptors (readers)
+	// were opened under the file's read delegation, whose stateid st is
+	// (deleg.go). A real OPEN replaces it before the delegation goes back,
+	// and before anything that needs an open (a lock, a wider open).
+	viaDeleg bool
 }
 
 // shareOf is the share access an open's flags need.
@@ -86,7 +91,11 @@ func (no *nodeOpens) addLocked(c *Cred, st proto.StateID, share uint32) {
 		ow = &ownerOpen{cred: Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)}, st: st}
 		no.owners[c.UID] = ow
 	}
-	if newer(st, ow.st) {
+	if ow.viaDeleg {
+		// A real OPEN, which covered the delegation's readers (openState
+		// asked for read access too): the open is the server's now.
+		ow.st, ow.viaDeleg = st, false
+	} else if newer(st, ow.st) {
 		ow.st = st
 	}
 	ow.held |= share
@@ -117,10 +126,23 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 	}()
 	share = shareOf(flags)
 	want := accessWant(n, accessForOpen(flags))
+	if share == proto.ShareRead && fs.openDelegated(c, n, want) {
+		return share, nil // no call: the read delegation stands for the OPEN (deleg.go)
+	}
 	no := fs.opensOf(n)
 	no.mu.RLock()
+	// Readers opened under the delegation are the identity's open too: a
+	// real OPEN must give them read access (opens under the delegation
+	// wait for no.mu, so this stays true until addLocked).
+	access := share
+	no.vmu.Lock()
+	if ow := no.owners[c.UID]; ow != nil && ow.viaDeleg {
+		access |= ow.held
+	}
+	no.vmu.Unlock()
 	at := fs.now()
-	res, err := fs.opener.Open(ctx, c, proto.OpenArgs{FH: n.fh, Access: share, Check: accessAll})
+	res, err := fs.opener.Open(ctx, c, proto.OpenArgs{FH: n.fh, Access: access, Check: accessAll,
+		WantDeleg: fs.delegator != nil})
 	if err != nil {
 		no.mu.RUnlock()
 		return 0, err
@@ -132,7 +154,13 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 		return 0, res.Status
 	}
 	no.addLocked(c, res.State, share)
+	no.vmu.Lock()
+	no.owners[c.UID].held |= access
+	no.vmu.Unlock()
 	no.mu.RUnlock()
+	if res.Deleg.Type != proto.DelegNone {
+		fs.keepDeleg(n, c, res.Deleg)
+	}
 	if res.Granted {
 		fs.storeAccess(n, c, res.Access, at)
 		if res.Access&want == want {
@@ -188,8 +216,16 @@ func (fs *FS) adoptOpen(ctx context.Context, c *Cred, n *inode, fh proto.FH, st 
 		return
 	}
 	no := fs.opensOf(n)
-	no.mu.RLock()
-	defer no.mu.RUnlock()
+	no.mu.Lock()
+	defer no.mu.Unlock()
+	// Readers of this identity opened under the delegation need a real
+	// open that reads: this one may be for writing only.
+	no.vmu.Lock()
+	ow := no.owners[c.UID]
+	no.vmu.Unlock()
+	if ow != nil {
+		fs.realizeLocked(ctx, n, no, ow)
+	}
 	no.addLocked(c, st, share)
 }
 
@@ -223,6 +259,9 @@ func (fs *FS) dropLocked(ctx context.Context, n *inode, no *nodeOpens, uid, shar
 		delete(no.owners, uid)
 	}
 	no.vmu.Unlock()
+	if need == 0 && ow.viaDeleg {
+		return // nothing open at the server: the delegation stays
+	}
 	if need == 0 {
 		if err := fs.opener.CloseOpen(ctx, &ow.cred, n.fh, ow.st); err != nil {
 			fs.logf("hushfs: closing node %d: %v (the server drops the open when our lease ends)", n.id, err)
@@ -323,7 +362,17 @@ func (fs *FS) reopen(ctx context.Context, n *inode, uid uint32, old proto.StateI
 		return ow.st, true, false
 	}
 	fs.logf("hushfs: node %d: the server no longer knows our open (%v); opening it again", n.id, why)
-	st = old
+	st, ok = fs.reopenOwnerLocked(ctx, n, no, ow)
+	return st, ok, false
+}
+
+// reopenOwnerLocked opens n for ow by its handle, an OPEN per share access
+// its descriptors hold, and makes that ow's open (its locks are lost: the
+// server may have granted them to another since). It serves reopen, and
+// turns readers opened under a delegation into a real open (deleg.go).
+//
+// LOCKS_REQUIRED(no.mu)
+func (fs *FS) reopenOwnerLocked(ctx context.Context, n *inode, no *nodeOpens, ow *ownerOpen) (st proto.StateID, ok bool) {
 	for share := uint32(1); share < 4; share++ {
 		if ow.count[share] == 0 {
 			continue
@@ -335,7 +384,7 @@ func (fs *FS) reopen(ctx context.Context, n *inode, uid uint32, old proto.StateI
 		}
 		if err != nil {
 			fs.logf("hushfs: node %d: opening it again: %v; its I/O fails with EIO", n.id, err)
-			return proto.StateID{}, false, false
+			return proto.StateID{}, false
 		}
 		fs.applyAttr(n, &res.Attr, at)
 		if !ok || newer(res.State, st) {
@@ -343,16 +392,16 @@ func (fs *FS) reopen(ctx context.Context, n *inode, uid uint32, old proto.StateI
 		}
 	}
 	if !ok {
-		return proto.StateID{}, false, false
+		return proto.StateID{}, false
 	}
 	no.vmu.Lock()
 	lost := len(ow.locks)
-	ow.st, ow.locks = st, nil
+	ow.st, ow.locks, ow.viaDeleg = st, nil, false
 	no.vmu.Unlock()
 	if lost > 0 {
 		fs.logf("hushfs: node %d: locks of %d lock owners were lost with the old open", n.id, lost)
 	}
-	return st, true, false
+	return st, true
 }
 
 // storeAccess caches the rights the server granted c on n, with the

@@ -42,14 +42,18 @@ type Delegation struct {
 // already known FH. Access and Deny are Share* bits. The open is the
 // caller's identity's (one open owner per uid, as Linux has). Check, if
 // not zero, are the ACCESS bits to ask for in the same round trip.
+// WantDeleg asks for a read delegation with an open for reading (a server
+// that grants one returns it in OpenRes.Deleg, and the core must keep or
+// return it); otherwise none is wanted.
 type OpenArgs struct {
-	Dir    FH
-	Name   string
-	FH     FH
-	Access uint32
-	Deny   uint32
-	Create *CreateHow
-	Check  uint32
+	Dir       FH
+	Name      string
+	FH        FH
+	Access    uint32
+	Deny      uint32
+	Create    *CreateHow
+	Check     uint32
+	WantDeleg bool
 }
 
 // OpenRes is what an open brought: the file, its state and, in the same
@@ -135,9 +139,16 @@ type Callbacks interface {
 	// GetAttr: the size and change the core holds for a file under a
 	// write delegation (CB_GETATTR); ok false if it holds none.
 	GetAttr(fh FH) (size, change uint64, ok bool)
+	// Revoked: the server says it revoked some of our recallable state
+	// (v4.1's SEQUENCE status flags), without saying which: no delegation
+	// may be trusted any more. Must not block the caller.
+	Revoked()
 }
 
-// Delegator is a server that grants delegations.
+// Delegator is a server that grants delegations. ReturnDelegation gives
+// one back (DELEGRETURN); one the server already revoked or forgot is
+// gone too, which is not an error (the protocol frees what the server
+// still keeps of it).
 type Delegator interface {
 	SetCallbacks(cb Callbacks)
 	ReturnDelegation(ctx context.Context, c *Cred, fh FH, st StateID) error

@@ -20,6 +20,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"hushfs/internal/nfs4"
@@ -65,6 +66,8 @@ type Server struct {
 
 	// locks are the lock owners' lock stateids (lock.go).
 	locks lockTable
+	// cb are the core's answers to callbacks (deleg.go).
+	cb atomic.Pointer[cbHolder]
 
 	creds rpc.SysCreds // encoded AUTH_SYS per identity
 }
@@ -108,9 +111,11 @@ func Mount(ctx context.Context, cfg Config, self *proto.Cred) (*Server, proto.Ex
 			Dial:    func(ctx context.Context) (net.Conn, error) { return cfg.Dial(ctx, addr) },
 			Timeout: cfg.Timeo, Retrans: cfg.Retrans, Hard: cfg.Hard, Logf: cfg.Logf,
 		},
-		Cred:  s.auth(self),
-		Owner: session.DefaultOwner(key),
-		Logf:  cfg.Logf,
+		Cred:     s.auth(self),
+		Owner:    session.DefaultOwner(key),
+		Logf:     cfg.Logf,
+		Callback: s.callback,
+		OnStatus: s.onStatus,
 	})
 	if err != nil {
 		return nil, proto.Export{}, fmt.Errorf("NFSv4.1 session with %s: %w", addr, err)
@@ -163,7 +168,31 @@ var errShort = errors.New("nfsv41: COMPOUND reply does not match the request")
 // statistics and --origins read alike for both protocols) with its
 // operations. An error means no usable answer; the operations' statuses
 // are in the result.
+//
+// NFS4ERR_DELAY (an operation the server cannot do yet: a delegation of
+// the file is being recalled, RFC 8881 §10.4.5) sends the COMPOUND again
+// after a pause, 50 ms doubling to 1 s, until ctx ends; the operation that
+// said it did nothing, and those before it only find and look.
 func (s *Server) compound(ctx context.Context, c *proto.Cred, name string, ops []nfs4.Argop) (*reply, error) {
+	pause := 50 * time.Millisecond
+	for {
+		r, err := s.compoundOnce(ctx, c, name, ops)
+		if err != nil || r.res.Status != nfs4.ErrDelay {
+			return r, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return r, nil
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// compoundOnce is compound without the retries of NFS4ERR_DELAY.
+func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, ops []nfs4.Argop) (*reply, error) {
 	if s.hooks.Calling != nil {
 		s.hooks.Calling(ctx, name)
 	}

@@ -53,11 +53,18 @@ func stateErr(st nfs4.Status) error {
 // attributes and the caller's rights (what v3's close-to-open GETATTR and
 // ACCESS bring), or by name in a directory (CLAIM_NULL; creating it if
 // a.Create is set), with the file's handle and the directory's attributes
-// around the OPEN and its change_info. A delegation is not wanted; one
-// granted anyway is given back at once.
+// around the OPEN and its change_info. A read delegation is asked for
+// when a.WantDeleg is set on an open for reading and the core takes
+// callbacks (deleg.go); otherwise none is wanted, and one granted anyway is
+// given back at once.
 func (s *Server) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (proto.OpenRes, error) {
+	want := uint32(nfs4.ShareAccessWantNoDeleg)
+	keep := a.WantDeleg && a.Access == proto.ShareRead && s.callbacks() != nil
+	if keep {
+		want = nfs4.ShareAccessWantReadDeleg
+	}
 	open := &nfs4.OpenArgs{
-		ShareAccess: a.Access | nfs4.ShareAccessWantNoDeleg,
+		ShareAccess: a.Access | want,
 		ShareDeny:   a.Deny,
 		Owner:       s.openOwner(c),
 	}
@@ -135,23 +142,15 @@ func (s *Server) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (pro
 		}
 	}
 	if d := o.Delegation; (d.Type == nfs4.DelegateRead || d.Type == nfs4.DelegateWrite) && len(out.FH) > 0 {
-		s.returnDeleg(ctx, c, out.FH, d.Stateid)
+		if keep && d.Type == nfs4.DelegateRead {
+			out.Deleg = proto.Delegation{Type: proto.DelegRead, State: stateOf(d.Stateid)}
+		} else if err := s.ReturnDelegation(ctx, c, out.FH, stateOf(d.Stateid)); err != nil {
+			// The server takes it back when it recalls it and we do not
+			// answer, or at the lease's end.
+			s.logf("hushfs: NFSv4.1 returning a delegation we did not want: %v", err)
+		}
 	}
 	return out, nil
-}
-
-// returnDeleg gives back a delegation granted though none was wanted (the
-// core keeps no delegations yet). A failure is logged: the server takes
-// it back when it recalls it and we do not answer, or at the lease's end.
-func (s *Server) returnDeleg(ctx context.Context, c *proto.Cred, fh proto.FH, st nfs4.Stateid) {
-	r, err := s.compound(ctx, c, "DELEGRETURN", []nfs4.Argop{putfh(fh),
-		{Op: nfs4.OpDelegReturn, Args: &nfs4.DelegReturnArgs{Stateid: st}}})
-	if err == nil && r.res.Status != nfs4.OK {
-		err = r.res.Status
-	}
-	if err != nil {
-		s.logf("hushfs: NFSv4.1 returning a delegation we did not want: %v", err)
-	}
 }
 
 // CloseOpen closes an open (CLOSE). Locks the server still holds under it
