@@ -26,9 +26,12 @@ import (
 // (expect), and the event is consumed instead of recalling. An
 // expectation whose change failed is dropped, and if an event matched it
 // meanwhile that event was somebody else's: the delegation is recalled.
-// One whose event never comes (a rename onto the same file) is forgotten
-// expectTTL after its change: a local change of that very name in that
-// time would go unseen, which is why the time is short.
+// One whose event never comes (a rename between two links of one file)
+// is forgotten expectTTL after its change: a local change of that very
+// name in that time would go unseen, which is why the time is short.
+// A change of the directory's own attributes is not expected, even the
+// holder's (rare): one SETATTR makes an event per attribute, too many to
+// tell from a local chmod, so it recalls the holder's delegation too.
 
 // expectTTL is how long after its change an expected event may still be
 // read: the events are queued when the change is made, the reader takes
@@ -42,9 +45,8 @@ const dirEvents = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN
 // expectation is an event the server's own change of a delegated
 // directory will cause.
 type expectation struct {
-	name    string // the entry; "" for the directory's own attributes
-	mask    uint32 // the events it stands for
-	multi   bool   // may match several events (a SETATTR makes one per attribute)
+	name    string // the entry
+	mask    uint32 // the event it stands for
 	matched bool
 	ended   bool      // the change is over
 	until   time.Time // ended: when it is forgotten
@@ -100,10 +102,9 @@ func (w *leaseWatch) watchDir(n *node) (*leased, error) {
 
 // expect tells the watch that the server is about to change the
 // delegated directory key itself (for an NFS client whose change may not
-// recall its own delegation), causing the event mask for the entry name
-// ("" with IN_ATTRIB: the directory's attributes). done(ok) says the change
-// is over and whether it caused the event; it is safe to call without a
-// watch.
+// recall its own delegation), causing the event mask for the entry name.
+// done(ok) says the change is over and whether it caused the event; it is
+// safe to call without a watch.
 func (w *leaseWatch) expect(key string, name []byte, mask uint32) (done func(ok bool)) {
 	if !w.held() {
 		return func(bool) {}
@@ -114,7 +115,7 @@ func (w *leaseWatch) expect(key string, name []byte, mask uint32) (done func(ok 
 	if l == nil || !l.dir {
 		return func(bool) {}
 	}
-	e := &expectation{name: string(name), mask: mask, multi: len(name) == 0}
+	e := &expectation{name: string(name), mask: mask}
 	l.expects = append(l.expects, e)
 	return func(ok bool) {
 		w.mu.Lock()
@@ -123,7 +124,7 @@ func (w *leaseWatch) expect(key string, name []byte, mask uint32) (done func(ok 
 		if ok {
 			return
 		}
-		if e.matched && !e.multi {
+		if e.matched {
 			// The change failed, so the event was another's.
 			l.broken = true
 			w.poke()
@@ -142,11 +143,11 @@ func (w *leaseWatch) dirEvent(l *leased, mask uint32, name string) bool {
 	}
 	now := w.s.now()
 	for i, e := range l.expects {
-		if e.name != name || e.mask&mask == 0 || (e.ended && now.After(e.until)) || (e.matched && !e.multi) {
+		if e.name != name || e.mask&mask == 0 || e.matched || (e.ended && now.After(e.until)) {
 			continue
 		}
 		e.matched = true
-		if e.ended && !e.multi {
+		if e.ended {
 			l.expects = slices.Delete(l.expects, i, i+1)
 		}
 		return false
@@ -158,6 +159,6 @@ func (w *leaseWatch) dirEvent(l *leased, mask uint32, name string) bool {
 func (w *leaseWatch) forgetExpectsLocked(l *leased) {
 	now := w.s.now()
 	l.expects = slices.DeleteFunc(l.expects, func(e *expectation) bool {
-		return e.ended && (now.After(e.until) || (e.matched && !e.multi))
+		return e.ended && (now.After(e.until) || e.matched)
 	})
 }

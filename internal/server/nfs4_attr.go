@@ -331,15 +331,6 @@ func (c *compound) setattr(a *nfs4.SetattrArgs) nfs4.Status {
 	if st := c.mayChange(n.key); st != nfs4.OK {
 		return fail(st)
 	}
-	if n.isDir() {
-		// A directory's attributes: its holder's own change keeps
-		// its delegation (mayChange recalled the others').
-		done, st := c.mayChangeDir(n, nil, unix.IN_ATTRIB)
-		if st != nfs4.OK {
-			return fail(st)
-		}
-		defer done(true)
-	}
 	r := c.s.setattr(&c.id, &nfs3.SetattrArgs{Obj: n.fh, Attr: sa})
 	if r.Status != nfs3.OK {
 		return fail(status4(r.Status))

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+
 	"golang.org/x/sys/unix"
 
 	"hushfs/internal/nfs3"
@@ -142,8 +144,11 @@ func (c *compound) rename(a *nfs4.RenameArgs) nfs4.Status {
 	}
 	r := c.s.rename(&c.id, &nfs3.RenameArgs{From: nfs3.DirOpArgs{Dir: from.fh, Name: a.OldName},
 		To: nfs3.DirOpArgs{Dir: to.fh, Name: a.NewName}})
-	doneFrom(r.Status == nfs3.OK)
-	doneTo(r.Status == nfs3.OK)
+	// A rename of a name onto itself changes nothing and causes no
+	// event.
+	same := r.Status == nfs3.OK && bytes.Equal(from.fh, to.fh) && bytes.Equal(a.OldName, a.NewName)
+	doneFrom(r.Status == nfs3.OK && !same)
+	doneTo(r.Status == nfs3.OK && !same)
 	if r.Status != nfs3.OK {
 		return c.status(status4(r.Status))
 	}

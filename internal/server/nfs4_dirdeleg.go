@@ -44,8 +44,8 @@ func (c *compound) getDirDelegation(a *nfs4.GetDirDelegationArgs) nfs4.Status {
 }
 
 // mayChangeDir is asked before this compound's client adds, removes or
-// renames the entry name of dir (mask: the inotify event that causes) or,
-// with name nil and IN_ATTRIB, changes dir's attributes: other clients'
+// renames the entry name of dir (mask: the inotify event that causes;
+// SETATTR asks mayChange of the directory's key instead): other clients'
 // delegations of the directory are recalled, and while any is held the
 // change is NFS4ERR_DELAY. done(ok) must follow the change, saying
 // whether it was made: the client's own delegation stays (the watch of
