@@ -81,6 +81,9 @@ type leased struct {
 	wd     int32 // its inotify watch
 	write  bool  // a write lease (F_WRLCK): any local open breaks it
 	broken bool  // the lease is being broken or the file changed locally: recall
+	// A delegated directory is watched, not leased (leases_dir.go).
+	dir     bool
+	expects []*expectation // events of the server's own changes of the directory
 }
 
 // leaseType is the lease l holds while intact.
@@ -372,11 +375,19 @@ func (w *leaseWatch) scan() {
 	var recalls []v4state.Recall
 	w.mu.Lock()
 	for key, l := range w.files {
-		if !l.broken && !leaseIntact(l.fd, l.leaseType()) {
+		if l.dir {
+			w.forgetExpectsLocked(l)
+		} else if !l.broken && !leaseIntact(l.fd, l.leaseType()) {
 			l.broken = true
 		}
 		if l.broken {
-			r, held := w.s.v4.state.RecallAll(key, w.within)
+			// A local change of a directory has happened already:
+			// its holders get a lease to return the delegation.
+			within := w.within
+			if l.dir {
+				within = w.s.v4.state.Lease()
+			}
+			r, held := w.s.v4.state.RecallAll(key, within)
 			recalls = append(recalls, r...)
 			if !held {
 				w.releaseLocked(key, l)
@@ -400,6 +411,13 @@ func (w *leaseWatch) changing(key string) {
 	}
 	w.mu.Lock()
 	l := w.files[key]
+	if l != nil && l.dir {
+		// A directory's watch is no lease the server's change could
+		// break: the watch sees the change (an attribute's, expected
+		// if the holder makes it).
+		w.mu.Unlock()
+		return
+	}
 	if l != nil && l.write && !l.broken && w.s.v4.state.Delegated(key) {
 		// The holder of the write delegation changes the file through
 		// the leased descriptor: the lease stays.
@@ -433,7 +451,14 @@ func (w *leaseWatch) readEvents() {
 		for off := 0; off+unix.SizeofInotifyEvent <= n; {
 			wd := int32(binary.NativeEndian.Uint32(buf[off:]))
 			mask := binary.NativeEndian.Uint32(buf[off+4:])
-			off += unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(buf[off+12:]))
+			nameLen := int(binary.NativeEndian.Uint32(buf[off+12:]))
+			start := off + unix.SizeofInotifyEvent
+			off = start + nameLen
+			name := ""
+			if nameLen > 0 && off <= n {
+				// NUL-padded to an alignment.
+				name = strings.TrimRight(string(buf[start:off]), "\x00")
+			}
 			switch {
 			case mask&unix.IN_Q_OVERFLOW != 0:
 				// Events were lost: any file may have changed.
@@ -443,7 +468,9 @@ func (w *leaseWatch) readEvents() {
 			case mask&unix.IN_IGNORED != 0:
 			default:
 				if key, ok := w.byWD[wd]; ok {
-					w.files[key].broken = true
+					if l := w.files[key]; !l.dir || w.dirEvent(l, mask, name) {
+						l.broken = true
+					}
 				}
 			}
 		}

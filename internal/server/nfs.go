@@ -104,7 +104,8 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
 		}
-		if a.Mode == nfs3.Unchecked && a.Attr.SetSize && !s.mayChangeName3(a.Where.Dir, a.Where.Name) {
+		if !s.mayChangeDir3(a.Where.Dir) ||
+			a.Mode == nfs3.Unchecked && a.Attr.SetSize && !s.mayChangeName3(a.Where.Dir, a.Where.Name) {
 			return (&nfs3.CreateRes{Status: nfs3.ErrJukebox}).Append(reply), nil
 		}
 		r := s.create(&id, &a)
@@ -114,12 +115,18 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
 		}
+		if !s.mayChangeDir3(a.Where.Dir) {
+			return (&nfs3.DirOpRes{Status: nfs3.ErrJukebox}).Append(reply), nil
+		}
 		r := s.mkdir(&id, &a)
 		return r.Append(reply), nil
 	case nfs3.ProcSymlink:
 		var a nfs3.SymlinkArgs
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
+		}
+		if !s.mayChangeDir3(a.Where.Dir) {
+			return (&nfs3.DirOpRes{Status: nfs3.ErrJukebox}).Append(reply), nil
 		}
 		r := s.symlink(&id, &a)
 		return r.Append(reply), nil
@@ -128,6 +135,9 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
 		}
+		if !s.mayChangeDir3(a.Where.Dir) {
+			return (&nfs3.DirOpRes{Status: nfs3.ErrJukebox}).Append(reply), nil
+		}
 		r := s.mknod(&id, &a)
 		return r.Append(reply), nil
 	case nfs3.ProcRemove:
@@ -135,7 +145,7 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
 		}
-		if !s.mayChangeName3(a.Obj.Dir, a.Obj.Name) {
+		if !s.mayChangeDir3(a.Obj.Dir) || !s.mayChangeName3(a.Obj.Dir, a.Obj.Name) {
 			return (&nfs3.RemoveRes{Status: nfs3.ErrJukebox}).Append(reply), nil
 		}
 		r := s.remove(&id, &a.Obj, false)
@@ -145,6 +155,10 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
 		}
+		// The directory removed may be delegated itself.
+		if !s.mayChangeDir3(a.Obj.Dir) || !s.mayChangeName3(a.Obj.Dir, a.Obj.Name) {
+			return (&nfs3.RemoveRes{Status: nfs3.ErrJukebox}).Append(reply), nil
+		}
 		r := s.remove(&id, &a.Obj, true)
 		return r.Append(reply), nil
 	case nfs3.ProcRename:
@@ -152,7 +166,8 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
 		}
-		if !s.mayChangeName3(a.From.Dir, a.From.Name) || !s.mayChangeName3(a.To.Dir, a.To.Name) {
+		if !s.mayChangeDir3(a.From.Dir) || !s.mayChangeDir3(a.To.Dir) ||
+			!s.mayChangeName3(a.From.Dir, a.From.Name) || !s.mayChangeName3(a.To.Dir, a.To.Name) {
 			return (&nfs3.RenameRes{Status: nfs3.ErrJukebox}).Append(reply), nil
 		}
 		r := s.rename(&id, &a)
@@ -161,6 +176,9 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		var a nfs3.LinkArgs
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
+		}
+		if !s.mayChangeDir3(a.Link.Dir) {
+			return (&nfs3.LinkRes{Status: nfs3.ErrJukebox}).Append(reply), nil
 		}
 		r := s.link(&id, &a)
 		return r.Append(reply), nil

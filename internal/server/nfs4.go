@@ -384,6 +384,8 @@ func (c *compound) dispatch(op nfs4.Opnum, args nfs4.OpArgs) nfs4.Status {
 		return c.testStateid(args.(*nfs4.TestStateidArgs))
 	case nfs4.OpDelegReturn:
 		return c.delegReturn(args.(*nfs4.DelegReturnArgs))
+	case nfs4.OpGetDirDelegation:
+		return c.getDirDelegation(args.(*nfs4.GetDirDelegationArgs))
 	case nfs4.OpDelegPurge:
 		// CLAIM_DELEGATE_PREV is not supported (delegations do not
 		// survive a restart), so there is nothing to purge.
@@ -391,8 +393,8 @@ func (c *compound) dispatch(op nfs4.Opnum, args nfs4.OpArgs) nfs4.Status {
 	case nfs4.OpIllegal:
 		return c.status(nfs4.ErrOpIllegal)
 	}
-	// OPENATTR (named attributes), pNFS (layouts, devices), directory
-	// delegations, WANT_DELEGATION (delegations come with OPEN), SET_SSV:
+	// OPENATTR (named attributes), pNFS (layouts, devices),
+	// WANT_DELEGATION (delegations come with OPEN), SET_SSV:
 	// not served.
 	return c.status(nfs4.ErrNotSupp)
 }

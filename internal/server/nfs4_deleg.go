@@ -226,6 +226,9 @@ func (s *Server) mayChangeName3(dirFH []byte, name []byte) bool {
 
 func (c *compound) delegReturn(a *nfs4.StateidArgs) nfs4.Status {
 	n, st := c.regularFile()
+	if st == nfs4.ErrIsDir && c.cur.n != nil {
+		n, st = c.cur.n, nfs4.OK // a directory delegation (nfs4_dirdeleg.go)
+	}
 	if st != nfs4.OK {
 		return c.status(st)
 	}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+
 	"golang.org/x/sys/unix"
 
 	"hushfs/internal/nfs3"
@@ -40,6 +42,13 @@ func (c *compound) create(a *nfs4.CreateArgs) nfs4.Status {
 	if st != nfs4.OK {
 		return c.status(st)
 	}
+	if a.Type == nfs4.TypeReg {
+		return c.status(nfs4.ErrBadType) // regular files are OPENed
+	}
+	done, st := c.mayChangeDir(dir, a.Name, unix.IN_CREATE)
+	if st != nfs4.OK {
+		return c.status(st)
+	}
 	where := nfs3.DirOpArgs{Dir: dir.fh, Name: a.Name}
 	var r nfs3.DirOpRes
 	switch a.Type {
@@ -51,8 +60,10 @@ func (c *compound) create(a *nfs4.CreateArgs) nfs4.Status {
 		r = c.s.mknod(&c.id, &nfs3.MknodArgs{Where: where, Type: nfs3.Ftype(a.Type), Attr: sa,
 			Spec: nfs3.SpecData{Major: a.Dev.Major, Minor: a.Dev.Minor}})
 	default:
-		return c.status(nfs4.ErrBadType) // regular files are OPENed
+		done(false)
+		return c.status(nfs4.ErrBadType)
 	}
+	done(r.Status == nfs3.OK)
 	if r.Status != nfs3.OK {
 		return c.status(status4(r.Status))
 	}
@@ -77,11 +88,16 @@ func (c *compound) remove(a *nfs4.RemoveArgs) nfs4.Status {
 	if st := c.mayChangeName(dir, a.Target); st != nfs4.OK {
 		return c.status(st)
 	}
+	done, st := c.mayChangeDir(dir, a.Target, unix.IN_DELETE)
+	if st != nfs4.OK {
+		return c.status(st)
+	}
 	args := nfs3.DirOpArgs{Dir: dir.fh, Name: a.Target}
 	r := c.s.remove(&c.id, &args, false)
 	if r.Status == nfs3.ErrIsDir {
 		r = c.s.remove(&c.id, &args, true)
 	}
+	done(r.Status == nfs3.OK)
 	if r.Status != nfs3.OK {
 		return c.status(status4(r.Status))
 	}
@@ -117,8 +133,22 @@ func (c *compound) rename(a *nfs4.RenameArgs) nfs4.Status {
 	if st := c.mayChangeName(to, a.NewName); st != nfs4.OK {
 		return c.status(st)
 	}
+	doneFrom, st := c.mayChangeDir(from, a.OldName, unix.IN_MOVED_FROM)
+	if st != nfs4.OK {
+		return c.status(st)
+	}
+	doneTo, st := c.mayChangeDir(to, a.NewName, unix.IN_MOVED_TO)
+	if st != nfs4.OK {
+		doneFrom(false)
+		return c.status(st)
+	}
 	r := c.s.rename(&c.id, &nfs3.RenameArgs{From: nfs3.DirOpArgs{Dir: from.fh, Name: a.OldName},
 		To: nfs3.DirOpArgs{Dir: to.fh, Name: a.NewName}})
+	// A rename of a name onto itself changes nothing and causes no
+	// event.
+	same := r.Status == nfs3.OK && bytes.Equal(from.fh, to.fh) && bytes.Equal(a.OldName, a.NewName)
+	doneFrom(r.Status == nfs3.OK && !same)
+	doneTo(r.Status == nfs3.OK && !same)
 	if r.Status != nfs3.OK {
 		return c.status(status4(r.Status))
 	}
@@ -145,7 +175,12 @@ func (c *compound) link(a *nfs4.LinkArgs) nfs4.Status {
 	if st := checkName4(a.NewName); st != nfs4.OK {
 		return c.status(st)
 	}
+	done, st := c.mayChangeDir(dir, a.NewName, unix.IN_CREATE)
+	if st != nfs4.OK {
+		return c.status(st)
+	}
 	r := c.s.link(&c.id, &nfs3.LinkArgs{File: file.fh, Link: nfs3.DirOpArgs{Dir: dir.fh, Name: a.NewName}})
+	done(r.Status == nfs3.OK)
 	if r.Status != nfs3.OK {
 		return c.status(status4(r.Status))
 	}

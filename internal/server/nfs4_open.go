@@ -271,8 +271,15 @@ func (c *compound) openCreate(dir *node, name []byte, a *nfs4.OpenArgs) (r openR
 			return r, st
 		}
 	}
+	// Creating may add an entry: other clients' delegations of the
+	// directory go first (an existing file costs them theirs too).
+	done, st := c.mayChangeDir(dir, name, unix.IN_CREATE)
+	if st != nfs4.OK {
+		return r, st
+	}
 	res := c.s.create(&c.id, &args)
 	if res.Status != nfs3.OK {
+		done(false)
 		if res.Status == nfs3.ErrExist && a.CreateMode != nfs4.Guarded {
 			// Not a regular file there: say what it is.
 			if n, _, st := c.lookupNode(name); st == nfs4.OK {
@@ -295,6 +302,7 @@ func (c *compound) openCreate(dir *node, name []byte, a *nfs4.OpenArgs) (r openR
 	r.cinfo = cinfoOf(&res.DirWcc)
 	// The directory changed under its lock: this call made the file.
 	r.created = r.cinfo.Atomic && r.cinfo.Before != r.cinfo.After
+	done(r.created)
 	n, err := c.s.resolve(res.Obj.FH)
 	if err != nil {
 		return r, c.s.statusOf4(err)

@@ -301,7 +301,7 @@ func TestV4SlotReplay(t *testing.T) {
 func TestV4NotSupported(t *testing.T) {
 	e := startEnv(t, false)
 	v := e.v4(0, 0)
-	for _, op := range []nfs4.Opnum{nfs4.OpOpenattr, nfs4.OpGetDirDelegation, nfs4.OpLayoutGet, nfs4.OpLayoutCommit,
+	for _, op := range []nfs4.Opnum{nfs4.OpOpenattr, nfs4.OpLayoutGet, nfs4.OpLayoutCommit,
 		nfs4.OpLayoutReturn, nfs4.OpGetDeviceInfo, nfs4.OpGetDeviceList, nfs4.OpWantDelegation, nfs4.OpSetSSV,
 		nfs4.OpDelegPurge} {
 		args := nfs4.NewArgs(op)

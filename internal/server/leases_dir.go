@@ -1,0 +1,164 @@
+package server
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Local changes to delegated directories. No lease holds back a local
+// process adding, removing or renaming an entry, or changing a
+// directory's attributes: while a directory is delegated the server
+// watches it with inotify (IN_CREATE, IN_DELETE, IN_MOVED_FROM/TO,
+// IN_ATTRIB of the directory itself, IN_DELETE_SELF) and recalls the
+// delegation as soon as such an event arrives, revoking it a lease later
+// if it is not returned. The watch is taken under the watch's lock
+// together with v4state's grant, so no directory delegation exists
+// without it.
+//
+// The server's own changes for an NFS client show up in the same watch.
+// Another client's change has already waited for the delegations of
+// others (Conflicts), so such an event could only recall the changing
+// client's own delegation, which its own changes must not: before the
+// server changes a delegated directory it says which event it will cause
+// (expect), and the event is consumed instead of recalling. An
+// expectation whose change failed is dropped, and if an event matched it
+// meanwhile that event was somebody else's: the delegation is recalled.
+// One whose event never comes (a rename between two links of one file)
+// is forgotten expectTTL after its change: a local change of that very
+// name in that time would go unseen, which is why the time is short.
+// A change of the directory's own attributes is not expected, even the
+// holder's (rare): one SETATTR makes an event per attribute, too many to
+// tell from a local chmod, so it recalls the holder's delegation too.
+
+// expectTTL is how long after its change an expected event may still be
+// read: the events are queued when the change is made, the reader takes
+// them at once.
+const expectTTL = 2 * time.Second
+
+// dirEvents are the events of a delegated directory that recall it.
+const dirEvents = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_ATTRIB |
+	unix.IN_DELETE_SELF | unix.IN_ONLYDIR
+
+// expectation is an event the server's own change of a delegated
+// directory will cause.
+type expectation struct {
+	name    string // the entry
+	mask    uint32 // the event it stands for
+	matched bool
+	ended   bool      // the change is over
+	until   time.Time // ended: when it is forgotten
+}
+
+// grantDir runs grantFn (v4state's grant of a delegation of the
+// directory n) while the server watches the directory, adding the watch
+// first if needed.
+func (w *leaseWatch) grantDir(n *node, grantFn func() bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.files[n.key]
+	fresh := l == nil
+	if fresh {
+		if len(w.files) >= maxLeases {
+			return false
+		}
+		var err error
+		if l, err = w.watchDir(n); err != nil {
+			w.s.logf("hushfs server: no directory delegation: %v", err)
+			return false
+		}
+		w.files[n.key] = l
+		w.count.Add(1)
+	}
+	if !l.dir || l.broken {
+		return false
+	}
+	if grantFn() {
+		return true
+	}
+	if fresh {
+		w.releaseLocked(n.key, l)
+	}
+	return false
+}
+
+// watchDir opens the directory n and watches it for entry and attribute
+// changes.
+func (w *leaseWatch) watchDir(n *node) (*leased, error) {
+	fd, err := unix.OpenByHandleAt(w.s.mountFd, n.kh, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("opening a directory to watch: %w", err)
+	}
+	wd, err := unix.InotifyAddWatch(w.inFd, procFdPath(fd), dirEvents)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("inotify_add_watch of a directory: %w", err)
+	}
+	w.byWD[int32(wd)] = n.key
+	return &leased{fd: fd, wd: int32(wd), dir: true}, nil
+}
+
+// expect tells the watch that the server is about to change the
+// delegated directory key itself (for an NFS client whose change may not
+// recall its own delegation), causing the event mask for the entry name.
+// done(ok) says the change is over and whether it caused the event; it is
+// safe to call without a watch.
+func (w *leaseWatch) expect(key string, name []byte, mask uint32) (done func(ok bool)) {
+	if !w.held() {
+		return func(bool) {}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.files[key]
+	if l == nil || !l.dir {
+		return func(bool) {}
+	}
+	e := &expectation{name: string(name), mask: mask}
+	l.expects = append(l.expects, e)
+	return func(ok bool) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		e.ended, e.until = true, w.s.now().Add(expectTTL)
+		if ok {
+			return
+		}
+		if e.matched {
+			// The change failed, so the event was another's.
+			l.broken = true
+			w.poke()
+		}
+		l.expects = slices.DeleteFunc(l.expects, func(x *expectation) bool { return x == e })
+	}
+}
+
+// dirEvent judges an event of the delegated directory l: whether it
+// recalls the delegation. An attribute change of an entry (named
+// IN_ATTRIB) is no change of the directory; an expected event of the
+// server's own change is consumed.
+func (w *leaseWatch) dirEvent(l *leased, mask uint32, name string) bool {
+	if mask&unix.IN_ATTRIB != 0 && name != "" {
+		return false
+	}
+	now := w.s.now()
+	for i, e := range l.expects {
+		if e.name != name || e.mask&mask == 0 || e.matched || (e.ended && now.After(e.until)) {
+			continue
+		}
+		e.matched = true
+		if e.ended {
+			l.expects = slices.Delete(l.expects, i, i+1)
+		}
+		return false
+	}
+	return true
+}
+
+// forgetExpectsLocked drops the expectations whose time is over.
+func (w *leaseWatch) forgetExpectsLocked(l *leased) {
+	now := w.s.now()
+	l.expects = slices.DeleteFunc(l.expects, func(e *expectation) bool {
+		return e.ended && (now.After(e.until) || e.matched)
+	})
+}
