@@ -463,12 +463,22 @@ func TestOpenJoinsNoEarlierGetattr(t *testing.T) {
 
 	// A GETATTR sent before the change, still on its way.
 	key := "g" + strconv.FormatUint(uint64(n.id), 10)
+	openSeesChangeMadeDuringFlight(t, fs, e, path, key, func() (any, error) { return &old, nil }, "a GETATTR")
+}
+
+// openSeesChangeMadeDuringFlight holds a call under key in flight (sent
+// before the change), changes the file on the server's disk, then opens
+// it: the open must not wait for that call, and must see the change.
+// what names the held call for the failure message.
+func openSeesChangeMadeDuringFlight(t *testing.T, fs *FS, e Entry, path, key string, held func() (any, error), what string) {
+	t.Helper()
+	ctx := ctxT(t)
 	started, release := make(chan struct{}), make(chan struct{})
 	defer close(release)
 	go fs.inflight.do(key, false, func() (any, error) {
 		close(started)
 		<-release
-		return &old, nil
+		return held()
 	})
 	<-started
 	if err := os.WriteFile(path, []byte("changed by another client"), 0o644); err != nil {
@@ -488,7 +498,7 @@ func TestOpenJoinsNoEarlierGetattr(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the open waited for a GETATTR sent before it began")
+		t.Fatalf("the open waited for %s sent before it began", what)
 	}
 	a, _, err := fs.GetAttr(ctx, root, e.Node)
 	if err != nil {

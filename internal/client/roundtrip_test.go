@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -264,38 +263,5 @@ func TestOpenJoinsNoEarlierAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := fmt.Sprintf("a%d/%s", e.Node, credKey(root))
-	started, release := make(chan struct{}), make(chan struct{})
-	defer close(release)
-	go fs.inflight.do(key, false, func() (any, error) {
-		close(started)
-		<-release
-		return nil, syscall.EIO
-	})
-	<-started
-	if err := os.WriteFile(path, []byte("changed by another client"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	opened := make(chan error, 1)
-	go func() {
-		fh, _, err := fs.Open(ctx, root, e.Node, syscall.O_RDONLY)
-		if err == nil {
-			fs.Release(ctx, fh)
-		}
-		opened <- err
-	}()
-	select {
-	case err := <-opened:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the open waited for an ACCESS sent before it began")
-	}
-	a, _, err := fs.GetAttr(ctx, root, e.Node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a.Size != uint64(len("changed by another client")) {
-		t.Fatalf("size after open %d: the open did not see the change made before it", a.Size)
-	}
+	openSeesChangeMadeDuringFlight(t, fs, e, path, key, func() (any, error) { return nil, syscall.EIO }, "an ACCESS")
 }
