@@ -79,8 +79,10 @@ func (m *manualTimer) fire() {
 // TestNFSv41CloseQueue drives the v4.1 protocol package against ganesha
 // and checks the operations of every COMPOUND: a last close sends nothing
 // and its CLOSE rides after the next COMPOUND's operations; an OPEN of the
-// same file takes it back (no CLOSE; the server's open is the same); a
-// COMPOUND whose own operation fails leaves it to the next; a REMOVE
+// same file takes it back (no CLOSE; the server's open is the same), but
+// for a writer's open reopened for reading, whose CLOSE goes first in the
+// OPEN's COMPOUND; a COMPOUND whose own operation fails leaves it to the
+// next; a REMOVE
 // carries it before its own; the queue's timer and unmount send it alone;
 // an OPEN for reading brings the file's first bytes (READ under the
 // current stateid) with the attributes they belong to. A second client
@@ -130,6 +132,15 @@ func TestNFSv41CloseQueue(t *testing.T) {
 		t.Helper()
 		must(t, "close", srv.CloseOpen(ctx, c, fh, r.State))
 	}
+	// otherClose closes the other client's open at once: its CLOSE rides
+	// with a GETATTR, before the next probe.
+	otherClose := func(fh proto.FH, st proto.StateID) {
+		t.Helper()
+		must(t, "close by another client", other.CloseOpen(ctx, c, fh, st))
+		if _, err := other.GetAttr(ctx, c, exp.Root); err != nil {
+			t.Fatalf("another client's GETATTR: %v", err)
+		}
+	}
 	// denied reports whether another client's OPEN with DENY_READ is
 	// refused: someone (we) still has the file open for reading.
 	denied := func(fh proto.FH) bool {
@@ -139,7 +150,7 @@ func TestNFSv41CloseQueue(t *testing.T) {
 			t.Fatalf("open by another client: %v", err)
 		}
 		if r.Status == nil {
-			must(t, "close by another client", other.CloseOpen(ctx, c, fh, r.State))
+			otherClose(fh, r.State)
 			return false
 		}
 		return true
@@ -176,6 +187,21 @@ func TestNFSv41CloseQueue(t *testing.T) {
 	expect("re-open b", "OPEN: PUTFH OPEN GETATTR ACCESS")
 	if rb2.State.Other != rb.State.Other {
 		t.Errorf("re-open of b: a new open %x, not the one taken back %x", rb2.State.Other, rb.State.Other)
+	}
+	// A writer's open reopened for reading: its CLOSE goes first, in the
+	// OPEN's COMPOUND (taken back, the server would keep the write access
+	// the core no longer counts).
+	closeIt(b, rb2)
+	rw, err := srv.Open(ctx, c, proto.OpenArgs{FH: b, Access: proto.ShareBoth, Check: 1})
+	okStatus(t, "open b for writing", err, rw.Status)
+	closeIt(b, rw)
+	log.take()
+	rb2 = open(b, 0)
+	expect("re-open for reading of b opened for writing", "OPEN: PUTFH CLOSE PUTFH OPEN GETATTR ACCESS")
+	if r, err := other.Open(ctx, c, proto.OpenArgs{FH: b, Access: proto.ShareRead, Deny: proto.ShareWrite}); err != nil || r.Status != nil {
+		t.Errorf("another client's DENY_WRITE open of b refused after the reopen for reading: %v %v", err, r.Status)
+	} else {
+		otherClose(b, r.State)
 	}
 	// A COMPOUND whose own operation fails leaves the CLOSE to the next.
 	closeIt(b, rb2)
