@@ -99,13 +99,14 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	// An open that truncates gets them from its SETATTR's reply instead.
 	trunc := flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY
 	var share uint32
+	var first *firstRead
 	var gen uint64 // n.dataGen when the OPEN was sent
 	if fs.opener != nil {
 		// An OPEN, with the attributes and rights (openstate.go).
 		n.mu.Lock()
 		gen = n.dataGen
 		n.mu.Unlock()
-		if share, err = fs.openState(ctx, c, n, flags); err != nil {
+		if share, first, err = fs.openState(ctx, c, n, flags); err != nil {
 			return 0, false, err
 		}
 	} else if fs.opts.CTO && !trunc {
@@ -133,6 +134,9 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	if share != 0 {
 		n.opening-- // the reply tells the kernel (openState)
 	}
+	// The OPEN's data is the version its attributes describe: kept only if
+	// no other reply moved the data generation since.
+	firstOK := first != nil && n.dataGen == first.gen
 	keepCache = n.dataValid
 	if !keepCache {
 		// From now on the kernel's pages are read from this version; what
@@ -140,7 +144,12 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 		n.dataValid, n.dataMtime, n.dataSize = true, n.attr.Mtime, n.attr.Size
 		n.dataGen++
 	}
+	dataGen := n.dataGen
 	n.mu.Unlock()
+	if firstOK {
+		// The kernel's first read is then answered without a READ.
+		fs.wb.keepRead(n, dataGen, dataGen, first.changes, 0, first.data)
+	}
 	return fs.addOpenFile(n, flags, c, share).id, keepCache, nil
 }
 

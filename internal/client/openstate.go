@@ -104,7 +104,8 @@ func (no *nodeOpens) addLocked(c *Cred, st proto.StateID, share uint32) {
 
 // openState opens n for an open() with flags: one OPEN with the file's
 // attributes and the caller's rights. It returns the share access the
-// descriptor holds.
+// descriptor holds, and the file's first bytes if the OPEN brought them
+// (readFirstWant) for Open to keep.
 //
 // Until the open's reply to the kernel is decided (Open lowers
 // n.opening, on success), a change of the file's data the OPEN's
@@ -114,7 +115,7 @@ func (no *nodeOpens) addLocked(c *Cred, st proto.StateID, share uint32) {
 // fetches the attributes for its first read, and make it drop them (its
 // attribute version moved): it read on with the size from before the
 // change, and a short read at the old end then set a wrong size.
-func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (share uint32, err error) {
+func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (share uint32, first *firstRead, err error) {
 	n.mu.Lock()
 	n.opening++
 	gen := n.dataGen
@@ -127,7 +128,12 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 	share = shareOf(flags)
 	want := accessWant(n, accessForOpen(flags))
 	if share == proto.ShareRead && fs.openDelegated(c, n, want) {
-		return share, nil // no call: the read delegation stands for the OPEN (deleg.go)
+		return share, nil, nil // no call: the read delegation stands for the OPEN (deleg.go)
+	}
+	var readFirst uint32
+	changes := n.changes.Load() // before the OPEN: see keepRead
+	if share == proto.ShareRead {
+		readFirst = fs.readFirstWant(n)
 	}
 	no := fs.opensOf(n)
 	no.mu.RLock()
@@ -142,16 +148,21 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 	no.vmu.Unlock()
 	at := fs.now()
 	res, err := fs.opener.Open(ctx, c, proto.OpenArgs{FH: n.fh, Access: access, Check: accessAll,
-		WantDeleg: fs.delegator != nil})
+		WantDeleg: fs.delegator != nil, ReadFirst: readFirst})
 	if err != nil {
 		no.mu.RUnlock()
-		return 0, err
+		return 0, nil, err
 	}
 	fs.applyAttr(n, &res.Attr, at)
 	if res.Status != nil {
 		no.mu.RUnlock()
 		fs.noteStale(n, res.Status)
-		return 0, res.Status
+		return 0, nil, res.Status
+	}
+	if res.HasData && res.Attr.Present {
+		n.mu.Lock()
+		first = &firstRead{data: res.Data, gen: n.dataGen, changes: changes}
+		n.mu.Unlock()
 	}
 	no.addLocked(c, res.State, share)
 	no.vmu.Lock()
@@ -164,20 +175,53 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 	if res.Granted {
 		fs.storeAccess(n, c, res.Access, at)
 		if res.Access&want == want {
-			return share, nil
+			return share, first, nil
 		}
 		err = syscall.EACCES
 	} else {
 		// The OPEN's ACCESS did not run: ask on its own.
 		err = fs.Access(ctx, c, n.id, accessForOpen(flags))
 		if err == nil {
-			return share, nil
+			return share, first, nil
 		}
 	}
 	no.mu.Lock()
 	defer no.mu.Unlock()
 	fs.dropLocked(ctx, n, no, c.UID, share)
-	return 0, err
+	return 0, nil, err
+}
+
+// firstRead is a file's first bytes an OPEN brought, with the data
+// generation its attributes left and our change count before it was sent.
+type firstRead struct {
+	data    []byte
+	gen     uint64
+	changes uint64
+}
+
+// readFirstMax is the largest file whose OPEN for reading also reads it
+// (all of it, in the same COMPOUND). The kernel's first read of a file is
+// its readahead window from offset 0, capped at the file's size: for a
+// file this small one READ is all it ever asks, and the OPEN's answers it.
+// A bigger file's first read asks for more than a prefix would hold, so a
+// prefix would be sent twice.
+const readFirstMax = 256 << 10
+
+// readFirstWant is how much an OPEN of n for reading should read: the
+// whole file as last known (rounded up to a page: it may have grown),
+// when it is small and no data of it is cached (which the kernel's read
+// would use instead).
+func (fs *FS) readFirstWant(n *inode) uint32 {
+	if fs.sio == nil {
+		return 0
+	}
+	n.mu.Lock()
+	size, known, valid, gen := n.attr.Size, n.attrValid, n.dataValid, n.dataGen
+	n.mu.Unlock()
+	if !known || size > readFirstMax || (valid && fs.wb.hasClean(n, gen)) {
+		return 0
+	}
+	return uint32(min(max(size+4095, 4096)&^4095, readFirstMax, uint64(fs.rsize)))
 }
 
 // openFailed ends an open under way (openState) that gives the kernel no

@@ -44,7 +44,9 @@ type Delegation struct {
 // not zero, are the ACCESS bits to ask for in the same round trip.
 // WantDeleg asks for a read delegation with an open for reading (a server
 // that grants one returns it in OpenRes.Deleg, and the core must keep or
-// return it); otherwise none is wanted.
+// return it); otherwise none is wanted. ReadFirst, if not zero, asks for
+// up to that many bytes from offset 0 in the same round trip (an open
+// for reading by handle; the protocol may read less, or nothing).
 type OpenArgs struct {
 	Dir       FH
 	Name      string
@@ -54,6 +56,7 @@ type OpenArgs struct {
 	Create    *CreateHow
 	Check     uint32
 	WantDeleg bool
+	ReadFirst uint32
 }
 
 // OpenRes is what an open brought: the file, its state and, in the same
@@ -68,6 +71,12 @@ type OpenRes struct {
 	Deleg   Delegation
 	Access  uint32 // Access* bits granted, when Granted
 	Granted bool
+	// Data is the file's first bytes (ReadFirst), when HasData: the file
+	// as Attr describes it (nothing changed it between them); DataEOF
+	// says they reach its end.
+	Data    []byte
+	DataEOF bool
+	HasData bool
 }
 
 // Opener is a server with open state (v4.1 OPEN, CLOSE, OPEN_DOWNGRADE).
