@@ -336,3 +336,48 @@ func TestNFSv41WriteDelegationRevoked(t *testing.T) {
 		t.Errorf("on the server's disk: %d bytes, want %d", len(onDisk), len(want))
 	}
 }
+
+// TestNFSv41WriteDelegationChmod: a linker's pattern — create, write,
+// close, chmod — in a directory this mount made. The server recalls the
+// holder's own delegation for its SETATTR; once returned, the attributes
+// the create brought (kept with the directory's listing) must not come
+// back: they made the binary read as empty and not executable.
+func TestNFSv41WriteDelegationChmod(t *testing.T) {
+	requireMountTools(t)
+	bin := harness.BuildHushfs(t)
+	export := t.TempDir()
+	s := harness.StartServe(t, export)
+	_, dir := serveV41(t, bin, s)
+	sub := filepath.Join(dir, "bin")
+	must(t, "mkdir", os.Mkdir(sub, 0o755))
+	// A listing of it from the server, kept: the creates patch it.
+	must(t, "write", os.WriteFile(filepath.Join(sub, "x"), nil, 0o644))
+	if _, err := os.ReadDir(sub); err != nil {
+		t.Fatalf("readdir: %v", err)
+	}
+	data := pattern(300<<10, 9)
+	for i := range 5 {
+		p := filepath.Join(sub, fmt.Sprintf("prog%d", i))
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
+		must(t, "create", err)
+		_, err = f.Write(data)
+		must(t, "write", err)
+		must(t, "close", f.Close())
+		must(t, "chmod", os.Chmod(p, 0o755))
+	}
+	time.Sleep(500 * time.Millisecond) // the recalls are answered and returned
+	for round := range 2 {
+		if _, err := os.ReadDir(sub); err != nil {
+			t.Fatalf("readdir: %v", err)
+		}
+		for i := range 5 {
+			p := filepath.Join(sub, fmt.Sprintf("prog%d", i))
+			st, err := os.Stat(p)
+			must(t, "stat", err)
+			if st.Size() != int64(len(data)) || st.Mode().Perm() != 0o755 {
+				t.Errorf("round %d: %s: size %d mode %o, want %d and 755", round, p, st.Size(), st.Mode().Perm(), len(data))
+			}
+		}
+		time.Sleep(time.Second)
+	}
+}

@@ -255,10 +255,16 @@ func (fs *FS) undelegate(h *heldDeleg) {
 	fs.dl.mu.Lock()
 	h.n.mu.Lock()
 	h.n.delegated = false
-	// Expired, but replies to calls already on their way still count (not
-	// invalidateAttr): nothing of ours changed the file, and the OPEN that
-	// finds a revoked delegation out is sent before it is dropped.
+	// Expired. Replies to calls sent before the cached attributes' call
+	// stay refused (a listing's entry kept from the create would bring
+	// back the size and mode from then), later ones count even if already
+	// on their way (not invalidateAttr): nothing of ours changed the file,
+	// and the OPEN that finds a revoked delegation out is sent before it is
+	// dropped.
 	h.n.attrValid = false
+	if h.n.attrTime.After(h.n.attrStale) {
+		h.n.attrStale = h.n.attrTime
+	}
 	h.n.mu.Unlock()
 	fs.dl.mu.Unlock()
 }
