@@ -389,26 +389,24 @@ func (fs *FS) Write(ctx context.Context, c *Cred, fh uint64, off uint64, data []
 
 // Flush is called at every close of a descriptor: it writes the file's
 // dirty data and commits it (close-to-open), then reports any write-back
-// error this descriptor has not seen. Under a write delegation it only
-// starts writing the data: the recall writes and commits it before anyone
-// else can open the file (wdeleg.go).
+// error this descriptor has not seen. Under a write delegation the data
+// is written but not committed (wdeleg.go).
 func (fs *FS) Flush(ctx context.Context, c *Cred, fh uint64) error {
 	of, err := fs.openFile(fh)
 	if err != nil {
 		return err
 	}
-	if fs.closeDelegated(of.node) {
-		fs.writeBehind(of.node)
-		return of.takeErr()
-	}
-	return fs.flushSync(ctx, of)
+	return fs.flushSync(ctx, of, fs.closeDelegated(of.node))
 }
 
-// flushSync writes and commits of's file, then reports any write-back
-// error of has not seen.
-func (fs *FS) flushSync(ctx context.Context, of *openFile) error {
+// flushSync writes of's file, and commits it unless delegated, then
+// reports any write-back error of has not seen.
+func (fs *FS) flushSync(ctx context.Context, of *openFile, delegated bool) error {
 	// A caller let go (killed) does not take the data with it: see await.
 	flush := func(ctx context.Context) error { return fs.wb.flush(ctx, of.node, proto.FileSync) }
+	if delegated {
+		flush = func(ctx context.Context) error { return fs.wb.flushOrdered(ctx, of.node) }
+	}
 	if err := fs.await(ctx, flush); err != nil {
 		of.takeErr() // reported now: not again at the next close
 		return err
@@ -423,7 +421,7 @@ func (fs *FS) Fsync(ctx context.Context, c *Cred, fh uint64) error {
 	if err != nil {
 		return err
 	}
-	return fs.flushSync(ctx, of)
+	return fs.flushSync(ctx, of, false)
 }
 
 // Release closes a file handle. At the last close of a file that was
@@ -446,9 +444,11 @@ func (fs *FS) Release(ctx context.Context, fh uint64) {
 func (fs *FS) release(ctx context.Context, of *openFile) {
 	n := of.node
 	// Writes through a shared mapping can arrive after the last flush.
+	flush := fs.wb.flush
 	if fs.closeDelegated(n) {
-		fs.writeBehind(n)
-	} else if err := fs.wb.flush(ctx, n, proto.FileSync); err != nil && ctx.Err() == nil {
+		flush = func(ctx context.Context, n *inode, _ proto.Stable) error { return fs.wb.flushOrdered(ctx, n) }
+	}
+	if err := flush(ctx, n, proto.FileSync); err != nil && ctx.Err() == nil {
 		// (Ended with the mount: Close reports what is left.)
 		fs.logf("hushfs: write-back at close of node %d: %v", n.id, err)
 	}

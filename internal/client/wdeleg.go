@@ -17,13 +17,14 @@ import (
 //     (openDelegated): descriptors count under the delegation, or under an
 //     open of the identity kept past its last close;
 //   - the last close sends no CLOSE (the open is kept until the
-//     delegation goes: dropLocked), no COMMIT and no GETATTR, and does not
-//     wait for the data: the close starts writing it (one FILE_SYNC WRITE
-//     when it fits, else UNSTABLE ones, committed later) and returns.
-//     Close-to-open for other clients is kept by the recall: the server
-//     recalls before any other open, and the return writes and commits
-//     everything first. Durability is fsync's, as on a local disk: fsync
-//     still writes and COMMITs before it returns;
+//     delegation goes: dropLocked), no COMMIT and no GETATTR; it still
+//     writes the data and waits for the reply (one FILE_SYNC WRITE when it
+//     fits, else UNSTABLE ones, committed later). Other NFS clients would
+//     not need it (the server recalls before their open, and the return
+//     writes and commits everything first), but a process on the server's
+//     own disk that stats the file breaks no lease, and a SETATTR after the
+//     close must land after the data (a later WRITE moves the mtime).
+//     Durability is fsync's, as on a local disk: fsync writes and COMMITs;
 //   - I/O names the delegation's stateid (ioState).
 //
 // Past the delegation's space limit (nfs_space_limit4) the server does
@@ -73,26 +74,6 @@ func (fs *FS) heldSize(n *inode) uint64 {
 	size := n.attr.Size
 	n.mu.Unlock()
 	return max(size, fs.wb.dirtyEnd(n))
-}
-
-// writeBehind starts writing n's dirty data without waiting for it (a
-// close under a write delegation): one FILE_SYNC WRITE when it all fits
-// in one, else UNSTABLE WRITEs committed at fsync or the return.
-// Unmounting, nothing is started: the unmount writes what is left.
-func (fs *FS) writeBehind(n *inode) {
-	fs.bgMu.Lock()
-	if fs.closing {
-		fs.bgMu.Unlock()
-		return
-	}
-	fs.bg.Add(1)
-	fs.bgMu.Unlock()
-	go func() {
-		defer fs.bg.Done()
-		if err := fs.wb.flushOrdered(fs.life, n); err != nil && fs.life.Err() == nil {
-			fs.logf("hushfs: writing node %d after its close: %v", n.id, err)
-		}
-	}()
 }
 
 // heldAttrs answers CB_GETATTR for the file fh: its size as held here and
