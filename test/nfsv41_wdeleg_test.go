@@ -380,3 +380,31 @@ func TestNFSv41WriteDelegationChmod(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 }
+
+// TestNFSv41WriteDelegationTimes: tar's pattern — write, set the times
+// while the data is unsent, close — under a write delegation: at the
+// close the server's disk has the data and the times (a stat there breaks
+// no lease, so nothing may wait for a recall).
+func TestNFSv41WriteDelegationTimes(t *testing.T) {
+	requireMountTools(t)
+	bin := harness.BuildHushfs(t)
+	export := t.TempDir()
+	s := harness.StartServe(t, export)
+	_, dir := serveV41(t, bin, s)
+	mtime := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	data := pattern(20<<10, 10)
+	for i := range 3 {
+		name := fmt.Sprintf("f%d", i)
+		f, err := os.Create(filepath.Join(dir, name))
+		must(t, "create", err)
+		_, err = f.Write(data)
+		must(t, "write", err)
+		must(t, "utimes", os.Chtimes(filepath.Join(dir, name), mtime, mtime))
+		must(t, "close", f.Close())
+		st, err := os.Stat(filepath.Join(export, name))
+		must(t, "stat on the server", err)
+		if st.Size() != int64(len(data)) || !st.ModTime().Equal(mtime) {
+			t.Errorf("%s on the server's disk after the close: size %d mtime %v, want %d and %v", name, st.Size(), st.ModTime(), len(data), mtime)
+		}
+	}
+}

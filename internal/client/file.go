@@ -405,7 +405,14 @@ func (fs *FS) flushSync(ctx context.Context, of *openFile, delegated bool) error
 	// A caller let go (killed) does not take the data with it: see await.
 	flush := func(ctx context.Context) error { return fs.wb.flush(ctx, of.node, proto.FileSync) }
 	if delegated {
-		flush = func(ctx context.Context) error { return fs.wb.flushOrdered(ctx, of.node) }
+		// The data, and times held for it (tar's utimensat), reach the
+		// server's disk; only the COMMIT waits (wdeleg.go).
+		flush = func(ctx context.Context) error {
+			if err := fs.wb.flushOrdered(ctx, of.node); err != nil {
+				return err
+			}
+			return fs.wb.sendHeldTimes(ctx, of.node)
+		}
 	}
 	if err := fs.await(ctx, flush); err != nil {
 		of.takeErr() // reported now: not again at the next close
