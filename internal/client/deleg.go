@@ -8,7 +8,8 @@ import (
 	"hushfs/internal/proto"
 )
 
-// Read delegations (NFSv4.1, proto.Delegator; RFC 8881 §10.2-10.4). An
+// Read delegations (NFSv4.1, proto.Delegator; RFC 8881 §10.2-10.4), and
+// what every delegation shares (write delegations' own part: wdeleg.go). An
 // OPEN for reading asks for one; while it is held the server promises that
 // nobody else changes the file without recalling it first, so:
 //   - an open() for reading by an identity whose rights are cached sends no

@@ -23,8 +23,9 @@ import (
 //     not need it (the server recalls before their open, and the return
 //     writes and commits everything first), but a process on the server's
 //     own disk that stats the file breaks no lease, and a SETATTR after the
-//     close must land after the data (a later WRITE moves the mtime).
-//     Durability is fsync's, as on a local disk: fsync writes and COMMITs;
+//     close must land after the data (a later WRITE moves the mtime); the
+//     times held for the data go too. Durability is fsync's, as on a local
+//     disk: fsync writes and COMMITs;
 //   - I/O names the delegation's stateid (ioState).
 //
 // Past the delegation's space limit (nfs_space_limit4) the server does
