@@ -382,6 +382,8 @@ func (fs *FS) Write(ctx context.Context, c *Cred, fh uint64, off uint64, data []
 		stable = proto.FileSync
 	case of.flags&syscall.O_DSYNC != 0:
 		stable = proto.DataSync
+	case fs.beyondDelegLimit(of.node, off+uint64(len(data))):
+		stable = proto.FileSync // the server does not promise the space there
 	}
 	if err := fs.wb.write(ctx, of, c, off, data, stable); err != nil {
 		return 0, err
@@ -396,14 +398,31 @@ func (fs *FS) Write(ctx context.Context, c *Cred, fh uint64, off uint64, data []
 
 // Flush is called at every close of a descriptor: it writes the file's
 // dirty data and commits it (close-to-open), then reports any write-back
-// error this descriptor has not seen.
+// error this descriptor has not seen. Under a write delegation the data
+// is written but not committed (wdeleg.go).
 func (fs *FS) Flush(ctx context.Context, c *Cred, fh uint64) error {
 	of, err := fs.openFile(fh)
 	if err != nil {
 		return err
 	}
+	return fs.flushSync(ctx, of, fs.closeDelegated(of.node))
+}
+
+// flushSync writes of's file, and commits it unless delegated, then
+// reports any write-back error of has not seen.
+func (fs *FS) flushSync(ctx context.Context, of *openFile, delegated bool) error {
 	// A caller let go (killed) does not take the data with it: see await.
 	flush := func(ctx context.Context) error { return fs.wb.flush(ctx, of.node, proto.FileSync) }
+	if delegated {
+		// The data, and times held for it (tar's utimensat), reach the
+		// server's disk; only the COMMIT waits (wdeleg.go).
+		flush = func(ctx context.Context) error {
+			if err := fs.wb.flushOrdered(ctx, of.node); err != nil {
+				return err
+			}
+			return fs.wb.sendHeldTimes(ctx, of.node)
+		}
+	}
 	if err := fs.await(ctx, flush); err != nil {
 		of.takeErr() // reported now: not again at the next close
 		return err
@@ -411,9 +430,14 @@ func (fs *FS) Flush(ctx context.Context, c *Cred, fh uint64) error {
 	return of.takeErr()
 }
 
-// Fsync makes the file's data durable on the server.
+// Fsync makes the file's data durable on the server: WRITE and COMMIT,
+// with a write delegation too.
 func (fs *FS) Fsync(ctx context.Context, c *Cred, fh uint64) error {
-	return fs.Flush(ctx, c, fh)
+	of, err := fs.openFile(fh)
+	if err != nil {
+		return err
+	}
+	return fs.flushSync(ctx, of, false)
 }
 
 // Release closes a file handle. At the last close of a file that was
@@ -436,7 +460,11 @@ func (fs *FS) Release(ctx context.Context, fh uint64) {
 func (fs *FS) release(ctx context.Context, of *openFile) {
 	n := of.node
 	// Writes through a shared mapping can arrive after the last flush.
-	if err := fs.wb.flush(ctx, n, proto.FileSync); err != nil && ctx.Err() == nil {
+	flush := fs.wb.flush
+	if fs.closeDelegated(n) {
+		flush = func(ctx context.Context, n *inode, _ proto.Stable) error { return fs.wb.flushOrdered(ctx, n) }
+	}
+	if err := flush(ctx, n, proto.FileSync); err != nil && ctx.Err() == nil {
 		// (Ended with the mount: Close reports what is left.)
 		fs.logf("hushfs: write-back at close of node %d: %v", n.id, err)
 	}

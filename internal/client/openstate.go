@@ -127,8 +127,8 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 	}()
 	share = shareOf(flags)
 	want := accessWant(n, accessForOpen(flags))
-	if share == proto.ShareRead && fs.openDelegated(c, n, want) {
-		return share, nil, nil // no call: the read delegation stands for the OPEN (deleg.go)
+	if fs.openDelegated(c, n, share, want) {
+		return share, nil, nil // no call: the delegation stands for the OPEN (deleg.go)
 	}
 	var readFirst uint32
 	changes := n.changes.Load() // before the OPEN: see keepRead
@@ -237,28 +237,42 @@ func (fs *FS) openFailed(n *inode, gen uint64) {
 }
 
 // createOpen is a create's CREATE as an OPEN that creates the file, left
-// open for the descriptor being made (one round trip, as v3's CREATE).
-func (fs *FS) createOpen(ctx context.Context, c *Cred, dir *inode, name string, how proto.CreateHow, share uint32) (proto.CreateRes, proto.StateID, error) {
-	res, err := fs.opener.Open(ctx, c, proto.OpenArgs{Dir: dir.fh, Name: name, Access: share, Create: &how})
+// open for the descriptor being made (one round trip, as v3's CREATE). It
+// asks for a delegation: the file just made is ours alone, and a write
+// delegation lets its writer close it without a call (wdeleg.go).
+func (fs *FS) createOpen(ctx context.Context, c *Cred, dir *inode, name string, how proto.CreateHow, share uint32) (proto.CreateRes, proto.StateID, proto.Delegation, error) {
+	res, err := fs.opener.Open(ctx, c, proto.OpenArgs{Dir: dir.fh, Name: name, Access: share, Create: &how,
+		WantDeleg: fs.delegator != nil})
 	if err != nil {
-		return proto.CreateRes{}, proto.StateID{}, err
+		return proto.CreateRes{}, proto.StateID{}, proto.Delegation{}, err
 	}
 	out := proto.CreateRes{Status: res.Status, Attr: res.Attr, DirWcc: res.DirWcc}
 	if len(res.FH) > 0 {
 		out.FH = proto.PostFH{Present: true, FH: res.FH}
 	}
-	return out, res.State, nil
+	return out, res.State, res.Deleg, nil
 }
 
-// adoptOpen counts the descriptor a create opened under st on n; if n
-// could not be had, the open is closed.
-func (fs *FS) adoptOpen(ctx context.Context, c *Cred, n *inode, fh proto.FH, st proto.StateID, share uint32) {
+// adoptOpen counts the descriptor a create opened under st on n, and
+// keeps the delegation it brought; if n could not be had, the open is
+// closed and the delegation returned.
+func (fs *FS) adoptOpen(ctx context.Context, c *Cred, n *inode, fh proto.FH, st proto.StateID, d proto.Delegation, share uint32) {
 	if n == nil {
+		if d.Type != proto.DelegNone {
+			if err := fs.delegator.ReturnDelegation(ctx, c, fh, d.State); err != nil {
+				fs.logf("hushfs: returning the delegation of a new file: %v", err)
+			}
+		}
 		if err := fs.opener.CloseOpen(ctx, c, fh, st); err != nil {
 			fs.logf("hushfs: closing the open of a new file: %v", err)
 		}
 		return
 	}
+	defer func() {
+		if d.Type != proto.DelegNone {
+			fs.keepDeleg(n, c, d) // after no.mu: a recall takes it first
+		}
+	}()
 	no := fs.opensOf(n)
 	no.mu.Lock()
 	defer no.mu.Unlock()
@@ -286,6 +300,9 @@ func (fs *FS) closeState(ctx context.Context, of *openFile) {
 //
 // LOCKS_REQUIRED(no.mu)
 func (fs *FS) dropLocked(ctx context.Context, n *inode, no *nodeOpens, uid, share uint32) {
+	// A recall marks the delegation returning before it takes no.mu to
+	// close the opens kept: either it sees this one kept, or this sees it.
+	_, wdeleg := fs.writeDeleg(n)
 	no.vmu.Lock()
 	ow := no.owners[uid]
 	if ow == nil || ow.count[share] == 0 {
@@ -293,18 +310,17 @@ func (fs *FS) dropLocked(ctx context.Context, n *inode, no *nodeOpens, uid, shar
 		return
 	}
 	ow.count[share]--
-	var need uint32
-	for s := range ow.count {
-		if ow.count[s] > 0 {
-			need |= uint32(s)
-		}
-	}
-	if need == 0 {
+	need := ow.needLocked()
+	// Under a write delegation the open is kept past its last close: no
+	// CLOSE now, and a re-open needs no OPEN; the return closes it. An
+	// open with locks taken under it is closed as usual.
+	keep := need == 0 && !ow.viaDeleg && len(ow.locks) == 0 && wdeleg
+	if need == 0 && !keep {
 		delete(no.owners, uid)
 	}
 	no.vmu.Unlock()
-	if need == 0 && ow.viaDeleg {
-		return // nothing open at the server: the delegation stays
+	if need == 0 && (ow.viaDeleg || keep) {
+		return // nothing open at the server, or kept: the delegation stays
 	}
 	if need == 0 {
 		if err := fs.opener.CloseOpen(ctx, &ow.cred, n.fh, ow.st); err != nil {
@@ -312,7 +328,11 @@ func (fs *FS) dropLocked(ctx context.Context, n *inode, no *nodeOpens, uid, shar
 		}
 		return
 	}
-	if need == ow.held {
+	// Access beyond the open's is the write delegation's (openDelegated);
+	// and under it nobody else may open the file anyway: the open stays as
+	// wide as it is, without an OPEN_DOWNGRADE, until the return.
+	need &= ow.held
+	if need == ow.held || need == 0 || wdeleg && len(ow.locks) == 0 {
 		return
 	}
 	st, err := fs.opener.Downgrade(ctx, &ow.cred, n.fh, ow.st, need, 0)
@@ -343,6 +363,11 @@ func (fs *FS) ioState(n *inode, c *Cred, write bool) (st proto.StateID, uid uint
 	need := uint32(proto.ShareRead)
 	if write {
 		need = proto.ShareWrite
+	}
+	// Under a write delegation its stateid covers any I/O (RFC 8881
+	// §9.1.4.1): a descriptor may hold more than its open (openDelegated).
+	if h, ok := fs.writeDeleg(n); ok {
+		return h.st, c.UID, true
 	}
 	no.vmu.Lock()
 	defer no.vmu.Unlock()

@@ -128,6 +128,8 @@ func Mount(ctx context.Context, cfg Config, self *proto.Cred) (*Server, proto.Ex
 		Logf:      cfg.Logf,
 		Callback:  s.callback,
 		OnStatus:  s.onStatus,
+		// A new client ID: the server forgot or expired our delegations.
+		OnRecover: s.onRecover,
 	})
 	if err != nil {
 		return nil, proto.Export{}, fmt.Errorf("NFSv4.1 session with %s: %w", addr, err)

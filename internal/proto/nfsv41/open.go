@@ -53,16 +53,11 @@ func stateErr(st nfs4.Status) error {
 // attributes and the caller's rights (what v3's close-to-open GETATTR and
 // ACCESS bring), or by name in a directory (CLAIM_NULL; creating it if
 // a.Create is set), with the file's handle and the directory's attributes
-// around the OPEN and its change_info. A read delegation is asked for
-// when a.WantDeleg is set on an open for reading and the core takes
-// callbacks (deleg.go); otherwise none is wanted, and one granted anyway is
-// given back at once.
+// around the OPEN and its change_info. A delegation is asked for when
+// a.WantDeleg is set and the core takes callbacks (deleg.go: wantDeleg);
+// otherwise none is wanted, and one granted anyway is given back at once.
 func (s *Server) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (proto.OpenRes, error) {
-	want := uint32(nfs4.ShareAccessWantNoDeleg)
-	keep := a.WantDeleg && a.Access == proto.ShareRead && s.callbacks() != nil
-	if keep {
-		want = nfs4.ShareAccessWantReadDeleg
-	}
+	want, keep := wantDeleg(a, s.callbacks() != nil)
 	open := &nfs4.OpenArgs{
 		ShareAccess: a.Access | want,
 		ShareDeny:   a.Deny,
@@ -177,8 +172,8 @@ func (s *Server) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (pro
 		}
 	}
 	if d := o.Delegation; (d.Type == nfs4.DelegateRead || d.Type == nfs4.DelegateWrite) && len(out.FH) > 0 {
-		if keep && d.Type == nfs4.DelegateRead {
-			out.Deleg = proto.Delegation{Type: proto.DelegRead, State: stateOf(d.Stateid)}
+		if keep {
+			out.Deleg = delegationOf(&d)
 		} else if err := s.ReturnDelegation(ctx, c, out.FH, stateOf(d.Stateid)); err != nil {
 			// The server takes it back when it recalls it and we do not
 			// answer, or at the lease's end.
