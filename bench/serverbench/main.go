@@ -45,6 +45,9 @@ type cell struct {
 	who   string // "in flight" or "clients"
 	unit  string // "ops/s" or "MB/s"
 	value map[string]float64
+	v41   bool
+	// compounds is COMPOUNDs per operation (v41 only), per server.
+	compounds map[string]float64
 }
 
 func main() {
@@ -53,7 +56,7 @@ func main() {
 	concs := flag.String("conc", "1,16", "calls in flight over the one connection")
 	servers := flag.String("servers", "hushfs,hushfs-async,ganesha", "servers to measure: hushfs, hushfs-async (serve --async), ganesha")
 	out := flag.String("out", "bench/results/server-ops.md", "markdown file to write ('' for none)")
-	only := flag.String("only", "meta,random,seq,calls", "scenarios to run: meta (create+stat+remove), random (4 KiB random READ), seq (1 GiB sequential read and write), calls (GETATTR, LOOKUP, READ, WRITE over one connection)")
+	only := flag.String("only", "meta,random,seq,calls,v41", "scenarios to run: meta (create+stat+remove), random (4 KiB random READ), seq (1 GiB sequential read and write), calls (GETATTR, LOOKUP, READ, WRITE over one connection), v41 (NFSv4.1 GETATTR, LOOKUP, OPEN+CLOSE, create+stat+remove, READ from 1 and 16 clients)")
 	flag.Parse()
 	if *rounds < 1 {
 		fmt.Fprintln(os.Stderr, "serverbench: -rounds must be at least 1")
@@ -92,7 +95,7 @@ func main() {
 			case "ganesha":
 				dir := t.TempDir()
 				populate(t, dir, set["seq"])
-				g := harness.StartGanesha(t, harness.GaneshaOptions{ExportDir: dir})
+				g := harness.StartGanesha(t, harness.GaneshaOptions{ExportDir: dir, NFSv4: set["v41"]})
 				targets = append(targets, &target{name: "ganesha 4.3", export: g.ExportPath, dir: dir,
 					dial: g.Dial, mount: g.DialMount})
 			default:
@@ -319,7 +322,7 @@ func scenarioSet(t *harness.Program, list string) map[string]bool {
 	set := map[string]bool{}
 	for _, s := range strings.Split(list, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "meta", "random", "seq", "calls":
+		case "meta", "random", "seq", "calls", "v41":
 			set[s] = true
 		default:
 			t.Fatalf("unknown scenario %q in -only", s)
@@ -390,41 +393,90 @@ func run(t *harness.Program, targets []*target, conc []int, d time.Duration, rou
 			})
 		}
 	}
-	// Ratios are against ganesha, when it was measured.
+	if only["v41"] {
+		v41 := runV41(t, targets, conc, d, rounds)
+		cells = append(cells, v41...)
+	}
+	var b strings.Builder
+	var v3, v4 []cell
+	for _, cl := range cells {
+		if cl.v41 {
+			v4 = append(v4, cl)
+		} else {
+			v3 = append(v3, cl)
+		}
+	}
+	if len(v3) > 0 {
+		renderTable(&b, targets, v3)
+		fmt.Fprintf(&b, "\n%s per timed cell and server, in %d rounds with the servers taking turns (the mean rate shown); "+
+			"the 1 GiB transfers run to their end, the file's pages dropped from the server's cache before the read; "+
+			"one TCP connection per server, or one per client for create+stat+remove; 127.0.0.1; measured %s.\n",
+			d, rounds, time.Now().UTC().Format("2006-01-02"))
+	}
+	if len(v4) > 0 {
+		if len(v3) > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString("NFSv4.1:\n\n")
+		renderTable(&b, targets, v4)
+		fmt.Fprintf(&b, "\n%s per timed cell and server, in %d rounds with the servers taking turns (the mean rate shown); "+
+			"each client its own client ID, session and TCP connection, one COMPOUND in flight; "+
+			"COMPOUNDs per operation as the sessions counted them (SEQUENCE first in each); opens ask for no delegation; "+
+			"127.0.0.1; measured %s.\n", d, rounds, time.Now().UTC().Format("2006-01-02"))
+	}
+	return b.String()
+}
+
+// renderTable writes cells as a markdown table with a ratio to ganesha
+// for every other server, when ganesha was measured.
+func renderTable(b *strings.Builder, targets []*target, cells []cell) {
 	ref := ""
 	for _, tg := range targets {
 		if strings.HasPrefix(tg.name, "ganesha") {
 			ref = tg.name
 		}
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "| operation | concurrency | unit |")
+	v41 := len(cells) > 0 && cells[0].v41
+	fmt.Fprintf(b, "| operation | concurrency | unit |")
+	if v41 {
+		b.WriteString(" COMPOUNDs per op |")
+	}
 	for _, tg := range targets {
-		fmt.Fprintf(&b, " %s |", tg.name)
+		fmt.Fprintf(b, " %s |", tg.name)
 	}
 	nratio := 0
 	for _, tg := range targets {
 		if ref != "" && tg.name != ref {
-			fmt.Fprintf(&b, " %s / ganesha |", strings.TrimPrefix(tg.name, "hushfs "))
+			fmt.Fprintf(b, " %s / ganesha |", strings.TrimPrefix(tg.name, "hushfs "))
 			nratio++
 		}
 	}
-	fmt.Fprintf(&b, "\n|---|---|---|%s\n", strings.Repeat("--:|", len(targets)+nratio))
+	ncol := len(targets) + nratio
+	if v41 {
+		ncol++
+	}
+	fmt.Fprintf(b, "\n|---|---|---|%s\n", strings.Repeat("--:|", ncol))
 	for _, cl := range cells {
-		fmt.Fprintf(&b, "| %s | %d %s | %s |", cl.op, cl.conc, cl.who, cl.unit)
+		fmt.Fprintf(b, "| %s | %d %s | %s |", cl.op, cl.conc, cl.who, cl.unit)
+		if v41 {
+			// The same for every server unless one answered differently.
+			var per []string
+			for _, tg := range targets {
+				v := fmt.Sprintf("%.2g", cl.compounds[tg.name])
+				if len(per) == 0 || per[len(per)-1] != v {
+					per = append(per, v)
+				}
+			}
+			fmt.Fprintf(b, " %s |", strings.Join(per, " / "))
+		}
 		for _, tg := range targets {
-			fmt.Fprintf(&b, " %.0f |", cl.value[tg.name])
+			fmt.Fprintf(b, " %.0f |", cl.value[tg.name])
 		}
 		for _, tg := range targets {
 			if ref != "" && tg.name != ref {
-				fmt.Fprintf(&b, " %.2f |", cl.value[tg.name]/cl.value[ref])
+				fmt.Fprintf(b, " %.2f |", cl.value[tg.name]/cl.value[ref])
 			}
 		}
 		b.WriteString("\n")
 	}
-	fmt.Fprintf(&b, "\n%s per timed cell and server, in %d rounds with the servers taking turns (the mean rate shown); "+
-		"the 1 GiB transfers run to their end, the file's pages dropped from the server's cache before the read; "+
-		"one TCP connection per server, or one per client for create+stat+remove; 127.0.0.1; measured %s.\n",
-		d, rounds, time.Now().UTC().Format("2006-01-02"))
-	return b.String()
 }
