@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,7 +58,18 @@ func main() {
 	servers := flag.String("servers", "hushfs,hushfs-async,ganesha", "servers to measure: hushfs, hushfs-async (serve --async), ganesha")
 	out := flag.String("out", "bench/results/server-ops.md", "markdown file to write ('' for none)")
 	only := flag.String("only", "meta,random,seq,calls,v41", "scenarios to run: meta (create+stat+remove), random (4 KiB random READ), seq (1 GiB sequential read and write), calls (GETATTR, LOOKUP, READ, WRITE over one connection), v41 (NFSv4.1 GETATTR, LOOKUP, OPEN+CLOSE, create+stat+remove, READ from 1 and 16 clients)")
+	v41only := flag.String("v41", "", "with v41: only these of its scenarios, comma-separated ("+strings.Join(v41Names(), ", ")+")")
 	flag.Parse()
+	v41set := map[string]bool{}
+	for _, s := range strings.Split(*v41only, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			if !slices.Contains(v41Names(), s) {
+				fmt.Fprintf(os.Stderr, "serverbench: unknown -v41 scenario %q\n", s)
+				os.Exit(2)
+			}
+			v41set[s] = true
+		}
+	}
 	if *rounds < 1 {
 		fmt.Fprintln(os.Stderr, "serverbench: -rounds must be at least 1")
 		os.Exit(2)
@@ -102,7 +114,7 @@ func main() {
 				t.Fatalf("unknown server %q", s)
 			}
 		}
-		table = run(t, targets, conc, *duration, *rounds, set)
+		table = run(t, targets, conc, *duration, *rounds, set, v41set)
 	})
 	if !ok {
 		os.Exit(1)
@@ -331,7 +343,7 @@ func scenarioSet(t *harness.Program, list string) map[string]bool {
 	return set
 }
 
-func run(t *harness.Program, targets []*target, conc []int, d time.Duration, rounds int, only map[string]bool) string {
+func run(t *harness.Program, targets []*target, conc []int, d time.Duration, rounds int, only, v41set map[string]bool) string {
 	sessions := make([]*session, len(targets))
 	for i, tg := range targets {
 		sessions[i] = connect(t, tg)
@@ -394,7 +406,7 @@ func run(t *harness.Program, targets []*target, conc []int, d time.Duration, rou
 		}
 	}
 	if only["v41"] {
-		v41 := runV41(t, targets, conc, d, rounds)
+		v41 := runV41(t, targets, conc, d, rounds, v41set)
 		cells = append(cells, v41...)
 	}
 	var b strings.Builder

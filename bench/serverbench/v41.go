@@ -172,6 +172,15 @@ type v41Scenario struct {
 	op        func(ctx context.Context, c *v41Client, i uint64) error
 }
 
+// v41Names are the scenarios' names, for -v41.
+func v41Names() []string {
+	var names []string
+	for _, sc := range v41Scenarios() {
+		names = append(names, sc.name)
+	}
+	return names
+}
+
 func v41Scenarios() []v41Scenario {
 	return []v41Scenario{
 		{name: "GETATTR", compounds: 1, op: func(ctx context.Context, c *v41Client, i uint64) error {
@@ -279,7 +288,7 @@ func measure41(t *harness.Program, tg *target, clients []*v41Client, sc v41Scena
 // runV41 measures every v4.1 scenario at each concurrency against every
 // target, in rounds with the servers taking turns (as run's timed cells),
 // with clients set up once per target and kept for all scenarios.
-func runV41(t *harness.Program, targets []*target, conc []int, d time.Duration, rounds int) []cell {
+func runV41(t *harness.Program, targets []*target, conc []int, d time.Duration, rounds int, selected map[string]bool) []cell {
 	most := 0
 	for _, n := range conc {
 		most = max(most, n)
@@ -292,6 +301,9 @@ func runV41(t *harness.Program, targets []*target, conc []int, d time.Duration, 
 	}
 	var cells []cell
 	for _, sc := range v41Scenarios() {
+		if !selected[sc.name] && len(selected) > 0 {
+			continue
+		}
 		for _, n := range conc {
 			rate := make([]float64, len(targets))
 			comp := make([]float64, len(targets))
