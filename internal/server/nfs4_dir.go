@@ -175,6 +175,11 @@ func (c *compound) link(a *nfs4.LinkArgs) nfs4.Status {
 	if st := checkName4(a.NewName); st != nfs4.OK {
 		return c.status(st)
 	}
+	// A new name changes the file too (its link count and ctime): other
+	// clients' delegations of it go first.
+	if st := c.mayChange(file.key); st != nfs4.OK {
+		return c.status(st)
+	}
 	done, st := c.mayChangeDir(dir, a.NewName, unix.IN_CREATE)
 	if st != nfs4.OK {
 		return c.status(st)
