@@ -5,8 +5,11 @@
 // LOOKUP and 4 KiB READ (cached and random) operations per second with 1
 // and 16 calls in flight and MB/s of 1 MiB READ and WRITE; and whole-file
 // sequential read and write of 1 GiB (UNSTABLE + COMMIT) with the file's
-// pages dropped from the server's cache first. It prints a markdown table
-// with the ratio hushfs/ganesha and writes it to -out.
+// pages dropped from the server's cache first; and over NFSv4.1 (v41.go)
+// GETATTR, LOOKUP, OPEN+CLOSE, create+stat+remove and 4 KiB READ as a
+// Linux client's COMPOUNDs from 1 and 16 clients, each its own session and
+// connection (ganesha then serves NFSv4 too). It prints markdown tables
+// with the ratio hushfs/ganesha and writes them to -out.
 //
 // It needs root (ganesha runs in a private network namespace) and the
 // packages scripts/install-deps.sh installs. Run it from the repository.
