@@ -325,3 +325,53 @@ func TestV3GetattrAsksWriteDelegationHolder(t *testing.T) {
 	recallOf(t, h)
 	h.settled()
 }
+
+// The holder's own LINK of its write-delegated file keeps the delegation
+// (the file's watch sees the server's change as expected), while a local
+// chmod afterwards, or right behind the LINK, still recalls it.
+func TestV4HolderLinkKeepsWriteDelegation(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true })
+	root := nfs4.FH(e.srv.RootHandle())
+	a, h := e.v4cb(true, false)
+	open, fh := writeDelegated(t, e, a, "f")
+	if !e.srv.v4.state.Delegated(string(fh)) {
+		t.Fatal("the server's delegation is not under the file's handle")
+	}
+	a.must(putFH(fh), saveFH(), putFH(root), nfs4.Argop{Op: nfs4.OpLink, Args: &nfs4.LinkArgs{NewName: []byte("own")}})
+	select {
+	case sid := <-h.recalls:
+		t.Fatalf("the holder's own LINK recalled %v", sid)
+	case <-time.After(1500 * time.Millisecond): // the watch's events and its 1 s scan
+	}
+	if err := os.Chmod(filepath.Join(e.root, "own"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if sid := recallOf(t, h); sid != open.Delegation.Stateid {
+		t.Fatalf("the local chmod recalled %v", sid)
+	}
+	returned(t, e, h, fh)
+
+	// A local chmod right behind the holder's LINK, whose event inotify
+	// may merge with the LINK's, recalls too.
+	open, gfh := writeDelegated(t, e, a, "g")
+	a.must(putFH(gfh), saveFH(), putFH(root), nfs4.Argop{Op: nfs4.OpLink, Args: &nfs4.LinkArgs{NewName: []byte("own2")}})
+	if err := os.Chmod(filepath.Join(e.root, "g"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if sid := recallOf(t, h); sid != open.Delegation.Stateid {
+		t.Fatalf("the local chmod after the LINK recalled %v", sid)
+	}
+	returned(t, e, h, gfh)
+}
+
+// returned waits until the server has seen the holder return its
+// delegation of fh (nothing else waited for it), and the holder the reply.
+func returned(t *testing.T, e *env, h *cbClient, fh nfs4.FH) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); e.srv.v4.state.Delegated(string(fh)); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the recalled delegation was not returned")
+		}
+	}
+	h.settled()
+}
