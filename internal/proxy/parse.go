@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 
 	"hushfs/internal/nfs3"
+	"hushfs/internal/nfs4"
 )
 
 // Constants of ONC RPC (RFC 5531) that the parser needs. They are repeated
@@ -26,6 +27,10 @@ type sink interface {
 	stable(how uint32)
 	reply()
 	unparsed(callSide bool)
+	// compound receives the operations of an NFSv4 COMPOUND call, as far
+	// as they decoded; complete is false when the list could not be read
+	// to its end (cut short by maxCompoundArgs, or malformed).
+	compound(ops []nfs4.Argop, complete bool)
 }
 
 // streamParser follows one direction of a record-marked RPC byte stream. It
@@ -48,6 +53,7 @@ type streamParser struct {
 
 func newStreamParser(callSide bool, out sink) *streamParser {
 	s := &streamParser{callSide: callSide, out: out}
+	s.msg.comp = &compoundDecoder{}
 	s.msg.reset(callSide)
 	return s
 }
@@ -118,7 +124,8 @@ const (
 	stArgs // virtual: the call header is complete
 	stFHLen
 	stStable
-	stDone // nothing more is wanted from this record
+	stCompound // gathering an NFSv4 COMPOUND's arguments (compound.go)
+	stDone     // nothing more is wanted from this record
 )
 
 // msgParser extracts the fields of interest from the body of one record.
@@ -131,14 +138,26 @@ type msgParser struct {
 	key      ProcKey
 	ok       bool // the record was recognised (call header or reply)
 	bad      bool // the record is not what this direction should carry
+
+	// comp gathers and decodes COMPOUND arguments; kept across records
+	// (its buffer is reused).
+	comp *compoundDecoder
 }
 
 func (m *msgParser) reset(callSide bool) {
-	*m = msgParser{callSide: callSide}
+	comp := m.comp
+	*m = msgParser{callSide: callSide, comp: comp}
+	if comp != nil {
+		comp.reset()
+	}
 }
 
 func (m *msgParser) feed(b []byte, out sink) {
 	for len(b) > 0 && m.step != stDone {
+		if m.step == stCompound {
+			m.comp.gather(b)
+			return
+		}
 		if m.skip > 0 {
 			n := uint64(len(b))
 			if n > m.skip {
@@ -247,9 +266,12 @@ func (m *msgParser) virtual(out sink) {
 	}
 	m.ok = true
 	out.call(m.key)
-	if m.key == (ProcKey{nfs3.Program, nfs3.Version, nfs3.ProcWrite}) {
+	switch {
+	case m.key == (ProcKey{nfs3.Program, nfs3.Version, nfs3.ProcWrite}):
 		m.step = stFHLen
-	} else {
+	case m.key == nfs4Compound && m.comp != nil:
+		m.step = stCompound
+	default:
 		m.step = stDone
 	}
 }
@@ -259,5 +281,8 @@ func (m *msgParser) virtual(out sink) {
 func (m *msgParser) endRecord(out sink) {
 	if m.bad || !m.ok {
 		out.unparsed(m.callSide)
+	}
+	if m.step == stCompound {
+		m.comp.decode(out)
 	}
 }
