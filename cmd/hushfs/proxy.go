@@ -142,6 +142,9 @@ func printCounts(w io.Writer, c proxy.Counts) {
 			fmt.Fprintf(w, "  %-18s %10d\n", "NFS4 "+op, c.NFS4Ops[op])
 		}
 	}
+	if c.BackCalls+c.BackReplies > 0 {
+		fmt.Fprintf(w, "calls from the target on clients' connections (callbacks) %d, their replies %d\n", c.BackCalls, c.BackReplies)
+	}
 	if c.NFS4Incomplete > 0 {
 		fmt.Fprintf(w, "NFS4 COMPOUNDs whose operations could not all be read: %d\n", c.NFS4Incomplete)
 	}

@@ -103,9 +103,14 @@ type Counts struct {
 	// Commits counts NFSv3 COMMIT calls (equal to Calls[NFS3(21)]; kept
 	// separately for scripts).
 	Commits uint64 `json:"commits"`
-	// UnparsedCalls counts records from clients that are not RPC calls
-	// (wrong msg_type or RPC version, oversized credential, or too short
-	// to hold a call header). They are forwarded unchanged all the same.
+	// BackCalls counts calls from the target to a client on the client's
+	// connection (NFSv4.1 callbacks: CB_NULL, CB_COMPOUND), BackReplies
+	// the records from clients that are replies (to those calls).
+	BackCalls   uint64 `json:"back_calls,omitempty"`
+	BackReplies uint64 `json:"back_replies,omitempty"`
+	// UnparsedCalls counts records from clients that are neither RPC calls
+	// nor replies (wrong msg_type or RPC version, oversized credential, or
+	// too short to hold a call header). They are forwarded unchanged all the same.
 	UnparsedCalls uint64 `json:"unparsed_calls"`
 	// UnparsedReplies counts records from the target that are not replies.
 	UnparsedReplies uint64 `json:"unparsed_replies"`
@@ -135,6 +140,8 @@ type counters struct {
 	nfs4Ops         map[nfs4.Opnum]uint64
 	nfs4Incomplete  uint64
 	replies         uint64
+	backCalls       uint64
+	backReplies     uint64
 	unparsedCalls   uint64
 	unparsedReplies uint64
 	conns           uint64
@@ -177,6 +184,16 @@ func (c *counters) reply() {
 	c.mu.Unlock()
 }
 
+func (c *counters) back(callSide bool) {
+	c.mu.Lock()
+	if callSide {
+		c.backReplies++
+	} else {
+		c.backCalls++
+	}
+	c.mu.Unlock()
+}
+
 func (c *counters) unparsed(callSide bool) {
 	c.mu.Lock()
 	if callSide {
@@ -214,6 +231,8 @@ func (c *counters) snapshot(reset bool) Counts {
 	s := Counts{
 		Calls:           maps.Clone(c.calls),
 		Replies:         c.replies,
+		BackCalls:       c.backCalls,
+		BackReplies:     c.backReplies,
 		WriteStable:     maps.Clone(c.writeStable),
 		NFS4Ops:         make(map[string]uint64, len(c.nfs4Ops)),
 		NFS4Incomplete:  c.nfs4Incomplete,
@@ -234,6 +253,7 @@ func (c *counters) snapshot(reset bool) Counts {
 		c.writeStable = map[uint32]uint64{}
 		c.nfs4Ops = map[nfs4.Opnum]uint64{}
 		c.nfs4Incomplete = 0
+		c.backCalls, c.backReplies = 0, 0
 		c.replies, c.unparsedCalls, c.unparsedReplies, c.conns, c.dialErrors = 0, 0, 0, 0, 0
 		c.faults = FaultCounts{}
 	} else {

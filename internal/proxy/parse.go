@@ -26,6 +26,10 @@ type sink interface {
 	call(k ProcKey)
 	stable(how uint32)
 	reply()
+	// back counts a record going the other way: a call from the target
+	// (callSide false) or a client's reply to one (callSide true), as
+	// NFSv4.1's callbacks go on the client's own connection.
+	back(callSide bool)
 	unparsed(callSide bool)
 	// compound receives the operations of an NFSv4 COMPOUND call, as far
 	// as they decoded; complete is false when the list could not be read
@@ -198,17 +202,26 @@ func (m *msgParser) word(w uint32, out sink) {
 		m.step = stMsgType
 	case stMsgType:
 		if !m.callSide {
-			if w == msgReply {
+			switch w {
+			case msgReply:
 				m.ok = true
 				out.reply()
-			} else {
+			case msgCall:
+				m.ok = true
+				out.back(false)
+			default:
 				m.bad = true
 			}
 			m.step = stDone
 			return
 		}
 		if w != msgCall {
-			m.bad = true
+			if w == msgReply {
+				m.ok = true
+				out.back(true)
+			} else {
+				m.bad = true
+			}
 			m.step = stDone
 			return
 		}

@@ -125,6 +125,7 @@ func FuzzParser(f *testing.F) {
 
 func equalCounts(a, b Counts) bool {
 	return maps.Equal(a.Calls, b.Calls) && maps.Equal(a.WriteStable, b.WriteStable) && maps.Equal(a.NFS4Ops, b.NFS4Ops) && a.NFS4Incomplete == b.NFS4Incomplete &&
+		a.BackCalls == b.BackCalls && a.BackReplies == b.BackReplies &&
 		a.Replies == b.Replies && a.UnparsedCalls == b.UnparsedCalls && a.UnparsedReplies == b.UnparsedReplies
 }
 
