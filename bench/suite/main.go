@@ -101,7 +101,7 @@ func run() int {
 	render := flag.String("render", "", "only rewrite results.md and chart.svg in this results directory from its results.json")
 	flag.Parse()
 	if *render != "" {
-		if err := rerender(*render); err != nil {
+		if err := rerender(*render, c.linuxPath); err != nil {
 			fmt.Fprintf(os.Stderr, "suite: %v\n", err)
 			return 1
 		}
