@@ -266,6 +266,7 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 			names = append(names, o.Op.String())
 		}
 		s.hooks.Finished(&proto.CallStats{Name: name, Ops: names, Transmissions: 1,
+			BytesSent: r.res.Sent, BytesReceived: r.res.Received, RTT: r.res.RTT,
 			Execute: s.now().Sub(start), Err: err})
 	}
 	if err != nil {
