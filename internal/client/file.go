@@ -210,6 +210,9 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 	if err != nil {
 		return 0, err
 	}
+	if err := fs.checkLocksLost(of); err != nil {
+		return 0, err
+	}
 	n := of.node
 	if got, ok := fs.wb.readLocal(n, off, dst); ok {
 		return got, nil
@@ -362,6 +365,9 @@ func (fs *FS) readRPC(ctx context.Context, c *Cred, n *inode, off uint64, dst []
 func (fs *FS) Write(ctx context.Context, c *Cred, fh uint64, off uint64, data []byte) (int, error) {
 	of, err := fs.openFile(fh)
 	if err != nil {
+		return 0, err
+	}
+	if err := fs.checkLocksLost(of); err != nil {
 		return 0, err
 	}
 	if fs.maxFileSize > 0 && off+uint64(len(data)) > fs.maxFileSize {
