@@ -217,7 +217,8 @@ func logRecovery(t *testing.T, who string, m *harness.Mount) {
 // TestNFSv41ReclaimMidWrite: a process writes a 64 MiB file 1 MiB at a
 // time while ganesha is killed (SIGKILL) and restarted with a grace
 // period: every write, the fsync and the close succeed on the hard mount,
-// and the file on the export is byte for byte what was written. The open
+// and the file on the export is byte for byte what was written; what was
+// written UNSTABLE before the restart is sent again (new verifier). The open
 // is reclaimed (CLAIM_PREVIOUS), so the WRITEs held back by the recovery
 // go on under it during the grace period (a reopen would be refused with
 // GRACE).
@@ -253,8 +254,17 @@ func TestNFSv41ReclaimMidWrite(t *testing.T) {
 		}
 	}
 	t.Logf("written, fsynced and closed %v after the restart", time.Since(restarted).Round(time.Millisecond))
-	d := delta(before, m.Stats(t))
-	t.Logf("calls since the restart: %s", opsLine(d.Ops))
+	after := m.Stats(t)
+	d := delta(before, after)
+	t.Logf("calls since the restart: %s; data sent again for a new write verifier: %d bytes by %d COMMITs",
+		opsLine(d.Ops), after.Resends.Bytes-before.Resends.Bytes, after.Resends.Commits-before.Resends.Commits)
+	// What was acknowledged UNSTABLE before the restart was not yet
+	// committed (most of the 8 MiB written; some may still have been on
+	// its way): the restarted server's COMMIT verifier is new, and it must
+	// have been sent again.
+	if after.Resends.Commits == before.Resends.Commits || after.Resends.Bytes == before.Resends.Bytes {
+		t.Errorf("nothing sent again after the restart's new write verifier")
+	}
 	logRecovery(t, "mount", m)
 	got, err := os.ReadFile(filepath.Join(g.ExportDir, "big"))
 	must(t, "read on the server", err)
@@ -420,4 +430,38 @@ func TestNFSv41ReclaimServe(t *testing.T) {
 			t.Errorf("unmount after the recovery: %v\n%s", err, m.Output())
 		}
 	}
+}
+
+// TestNFSv41ReclaimRefused: ganesha restarted without a grace period
+// refuses the reclaims (NO_GRACE), so the lock a process on A held is
+// lost: the file is reopened, the loss is logged, and the process's I/O
+// on the file fails with EIO (its fsync once the data went out, then its
+// writes), as Linux's client does with lost locks; B can take the lock.
+func TestNFSv41ReclaimRefused(t *testing.T) {
+	requireMountTools(t)
+	bin := harness.BuildHushfs(t)
+	g := harness.StartGanesha(t, harness.GaneshaOptions{NFSv4: true}) // Graceless
+	ma, a := fuseV41(t, bin, g, "hard")
+	_, b := fuseV41(t, bin, g, "hard")
+	must(t, "write f", os.WriteFile(filepath.Join(a, "f"), pattern(4096, 1), 0o644))
+	must(t, "write g", os.WriteFile(filepath.Join(a, "g"), pattern(4096, 2), 0o644))
+	holder := startHelper(t, "lock "+a)
+	if l := holder.next(t, 30*time.Second); l != "locked" {
+		t.Fatalf("the holder: %s", l)
+	}
+	time.Sleep(1100 * time.Millisecond) // ganesha's stateids: see TestNFSv41ReclaimMidWrite
+	g.Restart(t)
+	fmt.Fprintln(holder.in, "write")
+	first := holder.next(t, time.Minute)
+	fmt.Fprintln(holder.in, "write")
+	if l := holder.next(t, time.Minute); !strings.Contains(l, "input/output error") {
+		t.Errorf("the holder's write after its lock was lost: %q (the one before: %q), want EIO", l, first)
+	}
+	waitOutput(t, ma, "were lost", 5*time.Second)
+	fb, err := unix.Open(filepath.Join(b, "f"), unix.O_RDWR, 0)
+	must(t, "open f on B", err)
+	must(t, "B's lock of the lost range", setlk(fb, unix.F_WRLCK, 0, 100))
+	must(t, "B's unlock", setlk(fb, unix.F_UNLCK, 0, 0))
+	unix.Close(fb)
+	logRecovery(t, "A", ma)
 }

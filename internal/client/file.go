@@ -410,7 +410,15 @@ func (fs *FS) Flush(ctx context.Context, c *Cred, fh uint64) error {
 
 // Fsync makes the file's data durable on the server.
 func (fs *FS) Fsync(ctx context.Context, c *Cred, fh uint64) error {
-	return fs.Flush(ctx, c, fh)
+	if err := fs.Flush(ctx, c, fh); err != nil {
+		return err
+	}
+	// Locks lost at a server restart (reclaim.go): the data went out, but
+	// not under the locks the process believes it holds.
+	if of, err := fs.openFile(fh); err == nil {
+		return fs.checkLocksLost(of)
+	}
+	return nil
 }
 
 // Release closes a file handle. At the last close of a file that was

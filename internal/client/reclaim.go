@@ -59,6 +59,7 @@ func (fs *FS) Reclaim(ctx context.Context, ops proto.ReclaimOps) {
 		h := delegs[string(n.fh)]
 		for _, o := range no.held() {
 			if noGrace {
+				fs.loseLocks(n, no, o)
 				lostOpens++
 				lostLocks += len(o.locks)
 				continue
@@ -132,6 +133,7 @@ func (fs *FS) reclaimOpen(ctx context.Context, ops proto.ReclaimOps, n *inode, n
 		if deleg != proto.DelegNone {
 			fs.forgetDeleg(h)
 		}
+		fs.loseLocks(n, no, o)
 		return proto.StateID{}, false, errors.Is(err, proto.ErrNoGrace)
 	}
 	fs.applyAttr(n, &res.Attr, at)
@@ -152,6 +154,22 @@ func (fs *FS) reclaimOpen(ctx context.Context, ops proto.ReclaimOps, n *inode, n
 		}
 	}
 	return res.State, true, false
+}
+
+// loseLocks marks the locks held under o, whose open was not reclaimed,
+// lost now, before any held-back WRITE goes out under a reopen (locks
+// cannot be reclaimed without their open).
+func (fs *FS) loseLocks(n *inode, no *nodeOpens, o heldOpen) {
+	if len(o.locks) == 0 {
+		return
+	}
+	no.vmu.Lock()
+	if no.owners[o.cred.UID] == o.ow {
+		o.ow.locksLost = true
+	}
+	no.vmu.Unlock()
+	fs.logf("hushfs: node %d: locks of %d lock owners were lost at the server's restart; I/O of uid %d's descriptors of it fails with EIO until they are closed",
+		n.id, len(o.locks), o.cred.UID)
 }
 
 // reclaimLocks reclaims one lock owner's ranges under the reclaimed open
