@@ -87,8 +87,15 @@ func TestNFSv41ReadDelegation(t *testing.T) {
 	}
 	t.Logf("A, recalled with a reader open: calls {%s}", opsLine(d.Ops))
 	must(t, "A: close", held.Close())
+	// B's open for writing keeps A from a read delegation until B's
+	// CLOSE, queued at B's last close, goes out (alone, within a second).
+	for deadline := time.Now().Add(5 * time.Second); b.Stats(t).Ops["CLOSE"].Ops == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("B sent no CLOSE within 5 s of its last close")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	readBack(t, "A: read after B's write", pa, data2)
-	_ = b
 
 	// A holds a delegation again; a write on the server's host breaks the
 	// server's lease of the file, which recalls it; A sees the new data.

@@ -115,7 +115,7 @@ func TestNFSv41Mount(t *testing.T) {
 			_, err = f.Write(mib)
 			must(t, "write", err)
 			must(t, "close", f.Close())
-		}, map[string]uint64{"LOOKUP": 1, "CREATE": 1, "WRITE": 1, "CLOSE": 1}},
+		}, map[string]uint64{"LOOKUP": 1, "CREATE": 1, "WRITE": 1}}, // its CLOSE rides with the next call
 		{"stat of the written file", func() { must(t, "stat", unix.Stat(filepath.Join(mnt, "one"), &st)) }, nil},
 		{"mkdir", func() { must(t, "mkdir", unix.Mkdir(filepath.Join(mnt, "d"), 0o755)) },
 			map[string]uint64{"LOOKUP": 1, "MKDIR": 1}},

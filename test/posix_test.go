@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,6 +45,17 @@ func TestPOSIX(t *testing.T) {
 		mkdirs(t, export, mnt)
 		s := harness.StartServe(t, export)
 		harness.MountServe(t, bin, s, mnt, "allow_other")
+		runPOSIXSuite(t, mnt, export)
+	})
+	// Over v4.1 `hushfs serve` grants delegations: what a close under a
+	// write delegation leaves unsent shows on the server's disk.
+	t.Run("hushfs-serve-v4.1", func(t *testing.T) {
+		export, mnt := filepath.Join(base, "serve-v41-export"), filepath.Join(base, "serve-v41-mnt")
+		mkdirs(t, export, mnt)
+		s := harness.StartServe(t, export)
+		_, port, _ := net.SplitHostPort(s.NFSAddr)
+		harness.StartMount(t, harness.MountSpec{Bin: bin, Server: "127.0.0.1", Export: s.ExportPath,
+			Dir: mnt, Options: "vers=4.1,allow_other,port=" + port})
 		runPOSIXSuite(t, mnt, export)
 	})
 }

@@ -228,6 +228,17 @@ func (w *writeback) readLocal(n *inode, off uint64, dst []byte) (int, bool) {
 	return len(out), true
 }
 
+// hasClean reports whether n has clean data of generation gen.
+func (w *writeback) hasClean(n *inode, gen uint64) bool {
+	st := peek(n)
+	if st == nil {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.validCleanLocked(gen)) > 0
+}
+
 // keepRead records data the server sent for a READ as clean data, when the
 // file's data generation was the same before and after (no change we did
 // not make was seen meanwhile) and we changed nothing in the file since

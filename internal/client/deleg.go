@@ -8,7 +8,8 @@ import (
 	"hushfs/internal/proto"
 )
 
-// Read delegations (NFSv4.1, proto.Delegator; RFC 8881 §10.2-10.4). An
+// Read delegations (NFSv4.1, proto.Delegator; RFC 8881 §10.2-10.4), and
+// what every delegation shares (write delegations' own part: wdeleg.go). An
 // OPEN for reading asks for one; while it is held the server promises that
 // nobody else changes the file without recalling it first, so:
 //   - an open() for reading by an identity whose rights are cached sends no
@@ -31,19 +32,23 @@ import (
 // the attributes are revalidated normally from then on. A delegation the
 // server revoked (SEQUENCE's status flags, which do not say which) is
 // dropped at once with all others, before anything is asked: nothing is
-// served from it after. Delegations unused for delegIdle go back, and all
+// served from it after. Delegations unused for Options.DelegIdle go back, and all
 // of them at unmount, so that the server's table does not fill.
 
-// delegIdle is how long a delegation no open has used is kept.
-const delegIdle = 60 * time.Second
+// DefaultDelegIdle is how long a delegation no open has used is kept
+// (Options.DelegIdle).
+const DefaultDelegIdle = 60 * time.Second
 
-// heldDeleg is a read delegation the mount holds.
+// heldDeleg is a delegation the mount holds.
 type heldDeleg struct {
-	n    *inode // the node it was granted on (its attributes stay valid)
-	fh   proto.FH
-	st   proto.StateID
-	cred Cred      // who got it: it goes back under that identity
-	used time.Time // last open under it
+	n  *inode // the node it was granted on (its attributes stay valid)
+	fh proto.FH
+	st proto.StateID
+	// write: a write delegation (wdeleg.go), whose space limit is limit.
+	write bool
+	limit uint64
+	cred  Cred      // who got it: it goes back under that identity
+	used  time.Time // last open under it
 	// returning: recalled, revoked, idle or unmounting: no open may use it
 	// any more.
 	returning bool
@@ -66,8 +71,7 @@ type delegCallbacks struct{ fs *FS }
 
 func (d delegCallbacks) Recall(fh proto.FH, st proto.StateID, _ bool) { d.fs.recallDeleg(fh, st) }
 
-// GetAttr: no write delegations are held.
-func (d delegCallbacks) GetAttr(proto.FH) (uint64, uint64, bool) { return 0, 0, false }
+func (d delegCallbacks) GetAttr(fh proto.FH) (uint64, uint64, bool) { return d.fs.heldAttrs(fh) }
 
 func (d delegCallbacks) Revoked() { d.fs.dropAllDelegs("the server revoked state of ours") }
 
@@ -87,12 +91,12 @@ func (fs *FS) initDelegs(srv proto.Server) {
 // keepDeleg keeps the delegation an OPEN of n by c brought, unless it was
 // recalled already (or we are unmounting): then it goes back at once.
 func (fs *FS) keepDeleg(n *inode, c *Cred, d proto.Delegation) {
-	h := &heldDeleg{n: n, fh: n.fh, st: d.State, used: fs.now(),
+	h := &heldDeleg{n: n, fh: n.fh, st: d.State, used: fs.now(), write: d.Type == proto.DelegWrite, limit: d.Limit,
 		cred: Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)}}
 	fs.dl.mu.Lock()
 	_, recalled := fs.dl.early[d.State.Other]
 	delete(fs.dl.early, d.State.Other)
-	if d.Type != proto.DelegRead || recalled || fs.dl.closed || fs.dl.held[string(n.fh)] != nil {
+	if d.Type == proto.DelegNone || recalled || fs.dl.closed || fs.dl.held[string(n.fh)] != nil {
 		h.returning = true
 		fs.dl.mu.Unlock()
 		fs.returnDelegAsync(h)
@@ -110,10 +114,11 @@ func (fs *FS) keepDeleg(n *inode, c *Cred, d proto.Delegation) {
 	fs.dl.mu.Unlock()
 }
 
-// openDelegated counts an open() for reading of n by c under the file's
-// read delegation, with no call, if there is one and c's rights are known
-// (want: the ACCESS bits the open needs). False: send an OPEN.
-func (fs *FS) openDelegated(c *Cred, n *inode, want uint32) bool {
+// openDelegated counts an open() of n by c with share access under the
+// file's delegation, with no call, if there is one that covers it (a read
+// delegation reading, a write delegation anything) and c's rights are
+// known (want: the ACCESS bits the open needs). False: send an OPEN.
+func (fs *FS) openDelegated(c *Cred, n *inode, share, want uint32) bool {
 	if fs.delegator == nil {
 		return false
 	}
@@ -128,12 +133,12 @@ func (fs *FS) openDelegated(c *Cred, n *inode, want uint32) bool {
 	defer no.mu.Unlock()
 	fs.dl.mu.Lock()
 	h := fs.dl.held[string(n.fh)]
-	if h == nil || h.returning {
+	if h == nil || h.returning || !h.write && share != proto.ShareRead || !fs.delegator.LeaseValid() {
 		fs.dl.mu.Unlock()
 		return false
 	}
 	h.used = fs.now()
-	st := h.st
+	st, write := h.st, h.write
 	fs.dl.mu.Unlock()
 	no.vmu.Lock()
 	defer no.vmu.Unlock()
@@ -143,11 +148,17 @@ func (fs *FS) openDelegated(c *Cred, n *inode, want uint32) bool {
 		ow = &ownerOpen{cred: Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)},
 			st: st, viaDeleg: true}
 		no.owners[c.UID] = ow
-	case !ow.viaDeleg && ow.held&proto.ShareRead == 0:
+	case ow.viaDeleg || ow.held&share == share:
+	case !write:
 		return false // its open cannot read: an OPEN widens it
 	}
-	ow.held |= proto.ShareRead
-	ow.count[proto.ShareRead]++
+	// A real open without the access is covered by the write delegation
+	// meanwhile: I/O goes under the delegation (ioState), and its return
+	// widens the open first (returnDeleg).
+	if ow.viaDeleg {
+		ow.held |= share
+	}
+	ow.count[share]++
 	return true
 }
 
@@ -206,10 +217,15 @@ func (fs *FS) returnDelegAsync(h *heldDeleg) {
 	}()
 }
 
-// returnDeleg gives h (marked returning) back: its readers get a real
-// OPEN first, then DELEGRETURN; the file's attributes are revalidated
-// normally from then on.
+// returnDeleg gives h (marked returning) back: a write delegation's data
+// and held times are written and committed first (flushDelegated); the
+// descriptors opened under it get a real OPEN, or a wider one, and opens
+// kept past their last close go (settleOpensLocked); then DELEGRETURN. The
+// file's attributes are revalidated normally from then on.
 func (fs *FS) returnDeleg(ctx context.Context, h *heldDeleg) {
+	if h.write {
+		fs.flushDelegated(ctx, h)
+	}
 	fs.undelegate(h)
 	if n := fs.nodes.lookupFH(h.fh); n != nil {
 		n.mu.Lock()
@@ -217,17 +233,7 @@ func (fs *FS) returnDeleg(ctx context.Context, h *heldDeleg) {
 		n.mu.Unlock()
 		if no != nil {
 			no.mu.Lock()
-			no.vmu.Lock()
-			var via []*ownerOpen
-			for _, ow := range no.owners {
-				if ow.viaDeleg && ow.st.Other == h.st.Other {
-					via = append(via, ow)
-				}
-			}
-			no.vmu.Unlock()
-			for _, ow := range via {
-				fs.realizeLocked(ctx, n, no, ow)
-			}
+			fs.settleOpensLocked(ctx, n, no, h)
 			no.mu.Unlock()
 		}
 	}
@@ -250,9 +256,18 @@ func (fs *FS) undelegate(h *heldDeleg) {
 	fs.dl.mu.Lock()
 	h.n.mu.Lock()
 	h.n.delegated = false
+	// Expired. Replies to calls sent before the cached attributes' call
+	// stay refused (a listing's entry kept from the create would bring
+	// back the size and mode from then), later ones count even if already
+	// on their way (not invalidateAttr): nothing of ours changed the file,
+	// and the OPEN that finds a revoked delegation out is sent before it is
+	// dropped.
+	h.n.attrValid = false
+	if h.n.attrTime.After(h.n.attrStale) {
+		h.n.attrStale = h.n.attrTime
+	}
 	h.n.mu.Unlock()
 	fs.dl.mu.Unlock()
-	fs.invalidateAttr(h.n)
 }
 
 // dropAllDelegs stops using every delegation at once (revoked state, or
@@ -279,10 +294,14 @@ func (fs *FS) dropAllDelegs(why string) {
 	}
 }
 
-// sweepDelegs returns delegations no open used for delegIdle whose file
-// has no descriptor open here, until unmount.
+// sweepDelegs returns delegations no open used for Options.DelegIdle
+// whose file has no descriptor open here, until unmount.
 func (fs *FS) sweepDelegs() {
 	defer fs.dl.wg.Done()
+	delegIdle := fs.opts.DelegIdle
+	if delegIdle <= 0 {
+		delegIdle = DefaultDelegIdle
+	}
 	t := time.NewTicker(delegIdle / 4)
 	defer t.Stop()
 	for {

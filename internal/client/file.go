@@ -99,13 +99,14 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	// An open that truncates gets them from its SETATTR's reply instead.
 	trunc := flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY
 	var share uint32
+	var first *firstRead
 	var gen uint64 // n.dataGen when the OPEN was sent
 	if fs.opener != nil {
 		// An OPEN, with the attributes and rights (openstate.go).
 		n.mu.Lock()
 		gen = n.dataGen
 		n.mu.Unlock()
-		if share, err = fs.openState(ctx, c, n, flags); err != nil {
+		if share, first, err = fs.openState(ctx, c, n, flags); err != nil {
 			return 0, false, err
 		}
 	} else if fs.opts.CTO && !trunc {
@@ -133,6 +134,9 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	if share != 0 {
 		n.opening-- // the reply tells the kernel (openState)
 	}
+	// The OPEN's data is the version its attributes describe: kept only if
+	// no other reply moved the data generation since.
+	firstOK := first != nil && n.dataGen == first.gen
 	keepCache = n.dataValid
 	if !keepCache {
 		// From now on the kernel's pages are read from this version; what
@@ -140,7 +144,12 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 		n.dataValid, n.dataMtime, n.dataSize = true, n.attr.Mtime, n.attr.Size
 		n.dataGen++
 	}
+	dataGen := n.dataGen
 	n.mu.Unlock()
+	if firstOK {
+		// The kernel's first read is then answered without a READ.
+		fs.wb.keepRead(n, dataGen, dataGen, first.changes, 0, first.data)
+	}
 	return fs.addOpenFile(n, flags, c, share).id, keepCache, nil
 }
 
@@ -379,6 +388,8 @@ func (fs *FS) Write(ctx context.Context, c *Cred, fh uint64, off uint64, data []
 		stable = proto.FileSync
 	case of.flags&syscall.O_DSYNC != 0:
 		stable = proto.DataSync
+	case fs.beyondDelegLimit(of.node, off+uint64(len(data))):
+		stable = proto.FileSync // the server does not promise the space there
 	}
 	if err := fs.wb.write(ctx, of, c, off, data, stable); err != nil {
 		return 0, err
@@ -393,14 +404,31 @@ func (fs *FS) Write(ctx context.Context, c *Cred, fh uint64, off uint64, data []
 
 // Flush is called at every close of a descriptor: it writes the file's
 // dirty data and commits it (close-to-open), then reports any write-back
-// error this descriptor has not seen.
+// error this descriptor has not seen. Under a write delegation the data
+// is written but not committed (wdeleg.go).
 func (fs *FS) Flush(ctx context.Context, c *Cred, fh uint64) error {
 	of, err := fs.openFile(fh)
 	if err != nil {
 		return err
 	}
+	return fs.flushSync(ctx, of, fs.closeDelegated(of.node))
+}
+
+// flushSync writes of's file, and commits it unless delegated, then
+// reports any write-back error of has not seen.
+func (fs *FS) flushSync(ctx context.Context, of *openFile, delegated bool) error {
 	// A caller let go (killed) does not take the data with it: see await.
 	flush := func(ctx context.Context) error { return fs.wb.flush(ctx, of.node, proto.FileSync) }
+	if delegated {
+		// The data, and times held for it (tar's utimensat), reach the
+		// server's disk; only the COMMIT waits (wdeleg.go).
+		flush = func(ctx context.Context) error {
+			if err := fs.wb.flushOrdered(ctx, of.node); err != nil {
+				return err
+			}
+			return fs.wb.sendHeldTimes(ctx, of.node)
+		}
+	}
 	if err := fs.await(ctx, flush); err != nil {
 		of.takeErr() // reported now: not again at the next close
 		return err
@@ -408,17 +436,19 @@ func (fs *FS) Flush(ctx context.Context, c *Cred, fh uint64) error {
 	return of.takeErr()
 }
 
-// Fsync makes the file's data durable on the server.
+// Fsync makes the file's data durable on the server: WRITE and COMMIT,
+// with a write delegation too.
 func (fs *FS) Fsync(ctx context.Context, c *Cred, fh uint64) error {
-	if err := fs.Flush(ctx, c, fh); err != nil {
+	of, err := fs.openFile(fh)
+	if err != nil {
+		return err
+	}
+	if err := fs.flushSync(ctx, of, false); err != nil {
 		return err
 	}
 	// Locks lost at a server restart (reclaim.go): the data went out, but
 	// not under the locks the process believes it holds.
-	if of, err := fs.openFile(fh); err == nil {
-		return fs.checkLocksLost(of)
-	}
-	return nil
+	return fs.checkLocksLost(of)
 }
 
 // Release closes a file handle. At the last close of a file that was
@@ -441,7 +471,11 @@ func (fs *FS) Release(ctx context.Context, fh uint64) {
 func (fs *FS) release(ctx context.Context, of *openFile) {
 	n := of.node
 	// Writes through a shared mapping can arrive after the last flush.
-	if err := fs.wb.flush(ctx, n, proto.FileSync); err != nil && ctx.Err() == nil {
+	flush := fs.wb.flush
+	if fs.closeDelegated(n) {
+		flush = func(ctx context.Context, n *inode, _ proto.Stable) error { return fs.wb.flushOrdered(ctx, n) }
+	}
+	if err := flush(ctx, n, proto.FileSync); err != nil && ctx.Err() == nil {
 		// (Ended with the mount: Close reports what is left.)
 		fs.logf("hushfs: write-back at close of node %d: %v", n.id, err)
 	}

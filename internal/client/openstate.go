@@ -108,7 +108,8 @@ func (no *nodeOpens) addLocked(c *Cred, st proto.StateID, share uint32) {
 
 // openState opens n for an open() with flags: one OPEN with the file's
 // attributes and the caller's rights. It returns the share access the
-// descriptor holds.
+// descriptor holds, and the file's first bytes if the OPEN brought them
+// (readFirstWant) for Open to keep.
 //
 // Until the open's reply to the kernel is decided (Open lowers
 // n.opening, on success), a change of the file's data the OPEN's
@@ -118,7 +119,7 @@ func (no *nodeOpens) addLocked(c *Cred, st proto.StateID, share uint32) {
 // fetches the attributes for its first read, and make it drop them (its
 // attribute version moved): it read on with the size from before the
 // change, and a short read at the old end then set a wrong size.
-func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (share uint32, err error) {
+func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (share uint32, first *firstRead, err error) {
 	n.mu.Lock()
 	n.opening++
 	gen := n.dataGen
@@ -130,8 +131,13 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 	}()
 	share = shareOf(flags)
 	want := accessWant(n, accessForOpen(flags))
-	if share == proto.ShareRead && fs.openDelegated(c, n, want) {
-		return share, nil // no call: the read delegation stands for the OPEN (deleg.go)
+	if fs.openDelegated(c, n, share, want) {
+		return share, nil, nil // no call: the delegation stands for the OPEN (deleg.go)
+	}
+	var readFirst uint32
+	changes := n.changes.Load() // before the OPEN: see keepRead
+	if share == proto.ShareRead {
+		readFirst = fs.readFirstWant(n)
 	}
 	no := fs.opensOf(n)
 	no.mu.RLock()
@@ -146,16 +152,21 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 	no.vmu.Unlock()
 	at := fs.now()
 	res, err := fs.opener.Open(ctx, c, proto.OpenArgs{FH: n.fh, Access: access, Check: accessAll,
-		WantDeleg: fs.delegator != nil})
+		WantDeleg: fs.delegator != nil, ReadFirst: readFirst})
 	if err != nil {
 		no.mu.RUnlock()
-		return 0, err
+		return 0, nil, err
 	}
 	fs.applyAttr(n, &res.Attr, at)
 	if res.Status != nil {
 		no.mu.RUnlock()
 		fs.noteStale(n, res.Status)
-		return 0, res.Status
+		return 0, nil, res.Status
+	}
+	if res.HasData && res.Attr.Present {
+		n.mu.Lock()
+		first = &firstRead{data: res.Data, gen: n.dataGen, changes: changes}
+		n.mu.Unlock()
 	}
 	no.addLocked(c, res.State, share)
 	no.vmu.Lock()
@@ -168,20 +179,53 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 	if res.Granted {
 		fs.storeAccess(n, c, res.Access, at)
 		if res.Access&want == want {
-			return share, nil
+			return share, first, nil
 		}
 		err = syscall.EACCES
 	} else {
 		// The OPEN's ACCESS did not run: ask on its own.
 		err = fs.Access(ctx, c, n.id, accessForOpen(flags))
 		if err == nil {
-			return share, nil
+			return share, first, nil
 		}
 	}
 	no.mu.Lock()
 	defer no.mu.Unlock()
 	fs.dropLocked(ctx, n, no, c.UID, share)
-	return 0, err
+	return 0, nil, err
+}
+
+// firstRead is a file's first bytes an OPEN brought, with the data
+// generation its attributes left and our change count before it was sent.
+type firstRead struct {
+	data    []byte
+	gen     uint64
+	changes uint64
+}
+
+// readFirstMax is the largest file whose OPEN for reading also reads it
+// (all of it, in the same COMPOUND). The kernel's first read of a file is
+// its readahead window from offset 0, capped at the file's size: for a
+// file this small one READ is all it ever asks, and the OPEN's answers it.
+// A bigger file's first read asks for more than a prefix would hold, so a
+// prefix would be sent twice.
+const readFirstMax = 256 << 10
+
+// readFirstWant is how much an OPEN of n for reading should read: the
+// whole file as last known (rounded up to a page: it may have grown),
+// when it is small and no data of it is cached (which the kernel's read
+// would use instead).
+func (fs *FS) readFirstWant(n *inode) uint32 {
+	if fs.sio == nil {
+		return 0
+	}
+	n.mu.Lock()
+	size, known, valid, gen := n.attr.Size, n.attrValid, n.dataValid, n.dataGen
+	n.mu.Unlock()
+	if !known || size > readFirstMax || (valid && fs.wb.hasClean(n, gen)) {
+		return 0
+	}
+	return uint32(min(max(size+4095, 4096)&^4095, readFirstMax, uint64(fs.rsize)))
 }
 
 // openFailed ends an open under way (openState) that gives the kernel no
@@ -197,28 +241,42 @@ func (fs *FS) openFailed(n *inode, gen uint64) {
 }
 
 // createOpen is a create's CREATE as an OPEN that creates the file, left
-// open for the descriptor being made (one round trip, as v3's CREATE).
-func (fs *FS) createOpen(ctx context.Context, c *Cred, dir *inode, name string, how proto.CreateHow, share uint32) (proto.CreateRes, proto.StateID, error) {
-	res, err := fs.opener.Open(ctx, c, proto.OpenArgs{Dir: dir.fh, Name: name, Access: share, Create: &how})
+// open for the descriptor being made (one round trip, as v3's CREATE). It
+// asks for a delegation: the file just made is ours alone, and a write
+// delegation lets its writer close it without a call (wdeleg.go).
+func (fs *FS) createOpen(ctx context.Context, c *Cred, dir *inode, name string, how proto.CreateHow, share uint32) (proto.CreateRes, proto.StateID, proto.Delegation, error) {
+	res, err := fs.opener.Open(ctx, c, proto.OpenArgs{Dir: dir.fh, Name: name, Access: share, Create: &how,
+		WantDeleg: fs.delegator != nil})
 	if err != nil {
-		return proto.CreateRes{}, proto.StateID{}, err
+		return proto.CreateRes{}, proto.StateID{}, proto.Delegation{}, err
 	}
 	out := proto.CreateRes{Status: res.Status, Attr: res.Attr, DirWcc: res.DirWcc}
 	if len(res.FH) > 0 {
 		out.FH = proto.PostFH{Present: true, FH: res.FH}
 	}
-	return out, res.State, nil
+	return out, res.State, res.Deleg, nil
 }
 
-// adoptOpen counts the descriptor a create opened under st on n; if n
-// could not be had, the open is closed.
-func (fs *FS) adoptOpen(ctx context.Context, c *Cred, n *inode, fh proto.FH, st proto.StateID, share uint32) {
+// adoptOpen counts the descriptor a create opened under st on n, and
+// keeps the delegation it brought; if n could not be had, the open is
+// closed and the delegation returned.
+func (fs *FS) adoptOpen(ctx context.Context, c *Cred, n *inode, fh proto.FH, st proto.StateID, d proto.Delegation, share uint32) {
 	if n == nil {
+		if d.Type != proto.DelegNone {
+			if err := fs.delegator.ReturnDelegation(ctx, c, fh, d.State); err != nil {
+				fs.logf("hushfs: returning the delegation of a new file: %v", err)
+			}
+		}
 		if err := fs.opener.CloseOpen(ctx, c, fh, st); err != nil {
 			fs.logf("hushfs: closing the open of a new file: %v", err)
 		}
 		return
 	}
+	defer func() {
+		if d.Type != proto.DelegNone {
+			fs.keepDeleg(n, c, d) // after no.mu: a recall takes it first
+		}
+	}()
 	no := fs.opensOf(n)
 	no.mu.Lock()
 	defer no.mu.Unlock()
@@ -246,6 +304,9 @@ func (fs *FS) closeState(ctx context.Context, of *openFile) {
 //
 // LOCKS_REQUIRED(no.mu)
 func (fs *FS) dropLocked(ctx context.Context, n *inode, no *nodeOpens, uid, share uint32) {
+	// A recall marks the delegation returning before it takes no.mu to
+	// close the opens kept: either it sees this one kept, or this sees it.
+	_, wdeleg := fs.writeDeleg(n)
 	no.vmu.Lock()
 	ow := no.owners[uid]
 	if ow == nil || ow.count[share] == 0 {
@@ -253,18 +314,17 @@ func (fs *FS) dropLocked(ctx context.Context, n *inode, no *nodeOpens, uid, shar
 		return
 	}
 	ow.count[share]--
-	var need uint32
-	for s := range ow.count {
-		if ow.count[s] > 0 {
-			need |= uint32(s)
-		}
-	}
-	if need == 0 {
+	need := ow.needLocked()
+	// Under a write delegation the open is kept past its last close: no
+	// CLOSE now, and a re-open needs no OPEN; the return closes it. An
+	// open with locks taken under it is closed as usual.
+	keep := need == 0 && !ow.viaDeleg && len(ow.locks) == 0 && wdeleg
+	if need == 0 && !keep {
 		delete(no.owners, uid)
 	}
 	no.vmu.Unlock()
-	if need == 0 && ow.viaDeleg {
-		return // nothing open at the server: the delegation stays
+	if need == 0 && (ow.viaDeleg || keep) {
+		return // nothing open at the server, or kept: the delegation stays
 	}
 	if need == 0 {
 		if err := fs.opener.CloseOpen(ctx, &ow.cred, n.fh, ow.st); err != nil {
@@ -272,7 +332,11 @@ func (fs *FS) dropLocked(ctx context.Context, n *inode, no *nodeOpens, uid, shar
 		}
 		return
 	}
-	if need == ow.held {
+	// Access beyond the open's is the write delegation's (openDelegated);
+	// and under it nobody else may open the file anyway: the open stays as
+	// wide as it is, without an OPEN_DOWNGRADE, until the return.
+	need &= ow.held
+	if need == ow.held || need == 0 || wdeleg && len(ow.locks) == 0 {
 		return
 	}
 	st, err := fs.opener.Downgrade(ctx, &ow.cred, n.fh, ow.st, need, 0)
@@ -303,6 +367,11 @@ func (fs *FS) ioState(n *inode, c *Cred, write bool) (st proto.StateID, uid uint
 	need := uint32(proto.ShareRead)
 	if write {
 		need = proto.ShareWrite
+	}
+	// Under a write delegation its stateid covers any I/O (RFC 8881
+	// §9.1.4.1): a descriptor may hold more than its open (openDelegated).
+	if h, ok := fs.writeDeleg(n); ok {
+		return h.st, c.UID, true
 	}
 	no.vmu.Lock()
 	defer no.vmu.Unlock()

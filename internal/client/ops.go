@@ -491,12 +491,13 @@ func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode
 	at := fs.now()
 	var res proto.CreateRes
 	var st proto.StateID
+	var deleg proto.Delegation
 	var err error
 	if share != 0 {
 		if how.Attrs.SetSize {
 			share |= proto.ShareWrite // truncating needs it
 		}
-		res, st, err = fs.createOpen(ctx, c, dir, name, how, share)
+		res, st, deleg, err = fs.createOpen(ctx, c, dir, name, how, share)
 	} else {
 		res, err = fs.srv.Create(ctx, c, dir.fh, name, how)
 	}
@@ -510,7 +511,7 @@ func (fs *FS) create(ctx context.Context, c *Cred, dir *inode, name string, mode
 		if err == nil {
 			n = fs.nodes.get(e.Node)
 		}
-		fs.adoptOpen(ctx, c, n, res.FH.FH, st, share)
+		fs.adoptOpen(ctx, c, n, res.FH.FH, st, deleg, share)
 		if n == nil && err == nil {
 			err = syscall.ESTALE
 		}

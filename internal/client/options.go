@@ -55,6 +55,10 @@ type Options struct {
 	// DEVELOPERS.md. For comparison only.
 	KernelWriteback bool
 
+	// DelegIdle: a delegation no open used for this long, with nothing
+	// open here, goes back (NFSv4.1; delegidle=SECONDS; 0: DefaultDelegIdle).
+	DelegIdle time.Duration
+
 	// FUSE and generic mount(8) options that are passed to the kernel mount.
 	AllowOther bool
 	NoSuid     bool
@@ -240,6 +244,8 @@ func (o *Options) apply(opt string) error {
 		return seconds(&o.AcDirMax)
 	case "negtimeo":
 		return seconds(&o.NegTimeo)
+	case "delegidle":
+		return seconds(&o.DelegIdle)
 	case "lookupcache":
 		switch val {
 		case "all":

@@ -67,6 +67,9 @@ func (fs *FS) Reclaim(ctx context.Context, ops proto.ReclaimOps) {
 			deleg := proto.DelegNone
 			if h != nil && h.cred.UID == o.cred.UID {
 				deleg = proto.DelegRead
+				if h.write {
+					deleg = proto.DelegWrite
+				}
 			}
 			st, ok, stop := fs.reclaimOpen(ctx, ops, n, no, o, h, deleg)
 			if stop {
@@ -90,10 +93,10 @@ func (fs *FS) Reclaim(ctx context.Context, ops proto.ReclaimOps) {
 			}
 		}
 	}
-	// Delegations of files with nothing open here (or not reclaimed): the
-	// server no longer knows them, and nothing is returned.
+	// Delegations of files with nothing open here by their holder: given
+	// back (giveBackDeleg).
 	for _, h := range delegs {
-		fs.forgetDeleg(h)
+		fs.giveBackDeleg(h)
 	}
 	fs.logf("hushfs: reclaimed %d opens and the locks of %d lock owners; %d opens and the locks of %d lock owners not reclaimed%s",
 		opens, locks, lostOpens, lostLocks, map[bool]string{true: " (the server has no grace period for us)", false: ""}[noGrace])
@@ -131,7 +134,7 @@ func (fs *FS) reclaimOpen(ctx context.Context, ops proto.ReclaimOps, n *inode, n
 	if err != nil {
 		fs.logf("hushfs: node %d: reclaiming the open of uid %d: %v", n.id, o.cred.UID, err)
 		if deleg != proto.DelegNone {
-			fs.forgetDeleg(h)
+			fs.giveBackDeleg(h)
 		}
 		fs.loseLocks(n, no, o)
 		return proto.StateID{}, false, errors.Is(err, proto.ErrNoGrace)
@@ -144,11 +147,11 @@ func (fs *FS) reclaimOpen(ctx context.Context, ops proto.ReclaimOps, n *inode, n
 	no.vmu.Unlock()
 	if deleg != proto.DelegNone {
 		if res.Deleg.Type == proto.DelegNone {
-			fs.forgetDeleg(h)
+			fs.giveBackDeleg(h)
 		} else {
 			fs.dl.mu.Lock()
 			if fs.dl.held[string(n.fh)] == h && !h.returning {
-				h.st = res.Deleg.State
+				h.st, h.limit = res.Deleg.State, res.Deleg.Limit
 			}
 			fs.dl.mu.Unlock()
 		}
@@ -218,19 +221,24 @@ func (fs *FS) heldDelegs() map[string]*heldDeleg {
 	return out
 }
 
-// forgetDeleg drops a delegation the server no longer knows, without
-// DELEGRETURN: nothing trusts it from now on.
-func (fs *FS) forgetDeleg(h *heldDeleg) {
+// giveBackDeleg stops using a delegation the server no longer knows (not
+// reclaimed) and gives it back as a revoked one is (deleg.go's
+// returnDeleg, from a goroutine: its calls wait for the recovery): what a
+// write delegation held is sent first, readers under it get real opens,
+// and the DELEGRETURN finds it gone.
+func (fs *FS) giveBackDeleg(h *heldDeleg) {
 	if h == nil {
 		return
 	}
 	fs.dl.mu.Lock()
-	if fs.dl.held[string(h.fh)] == h {
-		delete(fs.dl.held, string(h.fh))
+	if h.returning {
+		fs.dl.mu.Unlock()
+		return
 	}
 	h.returning = true
 	fs.dl.mu.Unlock()
 	fs.undelegate(h)
+	fs.returnDelegAsync(h)
 }
 
 // checkLocksLost fails of's I/O with EIO if locks held under its open

@@ -32,19 +32,25 @@ const (
 	DelegWrite           // nobody else has it open: writes and attributes are ours to hold
 )
 
-// Delegation is a delegation the server granted with an open.
+// Delegation is a delegation the server granted with an open. Limit is a
+// write delegation's space limit (nfs_space_limit4, in bytes): the size
+// up to which the holder may extend the file without writing through.
 type Delegation struct {
 	Type  DelegType
 	State StateID
+	Limit uint64
 }
 
 // OpenArgs opens a file: by name in Dir (Create, if set, makes it), or an
 // already known FH. Access and Deny are Share* bits. The open is the
 // caller's identity's (one open owner per uid, as Linux has). Check, if
 // not zero, are the ACCESS bits to ask for in the same round trip.
-// WantDeleg asks for a read delegation with an open for reading (a server
-// that grants one returns it in OpenRes.Deleg, and the core must keep or
-// return it); otherwise none is wanted.
+// WantDeleg asks for a delegation: a read delegation with an open for
+// reading, a write delegation with one for writing (a server that grants
+// one returns it in OpenRes.Deleg, and the core must keep or return it);
+// otherwise none is wanted. ReadFirst, if not zero, asks for up to that
+// many bytes from offset 0 in the same round trip (an open for reading by
+// handle; the protocol may read less, or nothing).
 type OpenArgs struct {
 	Dir       FH
 	Name      string
@@ -54,6 +60,7 @@ type OpenArgs struct {
 	Create    *CreateHow
 	Check     uint32
 	WantDeleg bool
+	ReadFirst uint32
 }
 
 // OpenRes is what an open brought: the file, its state and, in the same
@@ -68,6 +75,12 @@ type OpenRes struct {
 	Deleg   Delegation
 	Access  uint32 // Access* bits granted, when Granted
 	Granted bool
+	// Data is the file's first bytes (ReadFirst), when HasData: the file
+	// as Attr describes it (nothing changed it between them); DataEOF
+	// says they reach its end.
+	Data    []byte
+	DataEOF bool
+	HasData bool
 }
 
 // Opener is a server with open state (v4.1 OPEN, CLOSE, OPEN_DOWNGRADE).
@@ -149,9 +162,16 @@ type Callbacks interface {
 // one back (DELEGRETURN); one the server already revoked or forgot is
 // gone too, which is not an error (the protocol frees what the server
 // still keeps of it).
+//
+// LeaseValid reports whether the lease our delegations hang on is known
+// to be current (the server took a SEQUENCE within it): a client whose
+// lease may have expired, one stopped for longer than the lease, must not
+// act on a delegation the server may have revoked meanwhile (RFC 8881
+// §10.2).
 type Delegator interface {
 	SetCallbacks(cb Callbacks)
 	ReturnDelegation(ctx context.Context, c *Cred, fh FH, st StateID) error
+	LeaseValid() bool
 }
 
 // PathWalker is a server that looks up several names in one round trip (a

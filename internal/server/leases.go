@@ -499,7 +499,13 @@ func (s *Server) retireWriter(n *node) {
 	if err != nil {
 		return
 	}
-	err = unix.Dup3(ro, n.rwFd, unix.O_CLOEXEC)
+	// Every descriptor sharing the written open file: a write lease
+	// (takeWrite) made the node's read descriptors that open file too.
+	for _, p := range append([]*int{&n.rwFd, &n.rdFd}, pointersTo(n.retired)...) {
+		if *p >= 0 && err == nil {
+			err = unix.Dup3(ro, *p, unix.O_CLOEXEC)
+		}
+	}
 	unix.Close(ro)
 	if err != nil {
 		s.logf("hushfs server: making the written descriptor of inode %d read-only: %v", n.ino, err)

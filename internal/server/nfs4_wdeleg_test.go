@@ -244,3 +244,39 @@ func TestV4LocalOpenRecallsWriteDelegation(t *testing.T) {
 		t.Fatal("the local open still blocked after the delegation was returned")
 	}
 }
+
+// A file that was write-delegated can be read-delegated again once the
+// write delegation is back: the write lease made the node's read
+// descriptors share its writable open file, which must become read-only
+// again (a writable open file anywhere stops the read lease).
+func TestV4ReadDelegationAfterWriteDelegation(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true })
+	root := nfs4.FH(e.srv.RootHandle())
+	if err := os.WriteFile(filepath.Join(e.root, "f"), []byte("before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := e.v4cb(false, false)
+	closeAndReturn := func(fh nfs4.FH, open *nfs4.OpenRes) {
+		a.must(putFH(fh), nfs4.Argop{Op: nfs4.OpClose, Args: &nfs4.CloseArgs{Stateid: open.Stateid}})
+		a.must(putFH(fh), nfs4.Argop{Op: nfs4.OpDelegReturn, Args: &nfs4.DelegReturnArgs{Stateid: open.Delegation.Stateid}})
+	}
+	// Read under a read delegation (the node gets its read descriptor).
+	open, fh := a.openDeleg(root, "f")
+	if open.Delegation.Type != nfs4.DelegateRead {
+		t.Fatalf("first OPEN for reading: %+v", open.Delegation)
+	}
+	a.must(putFH(fh), nfs4.Argop{Op: nfs4.OpRead, Args: &nfs4.ReadArgs{Stateid: open.Stateid, Count: 100}})
+	closeAndReturn(fh, open)
+	// Write under a write delegation, close, return.
+	open, fh = a.openWrite(root, "f", false)
+	if open.Delegation.Type != nfs4.DelegateWrite {
+		t.Fatalf("OPEN for writing: %+v", open.Delegation)
+	}
+	a.must(putFH(fh), writeOp(open.Stateid, 0, "after"))
+	closeAndReturn(fh, open)
+	// Read-delegated again (openDeleg retries for a second while the
+	// write lease is let go).
+	if open, _ = a.openDeleg(root, "f"); open.Delegation.Type != nfs4.DelegateRead {
+		t.Fatalf("OPEN for reading after the write delegation's return: %+v, want a read delegation", open.Delegation)
+	}
+}

@@ -256,6 +256,9 @@ func (s *Session) accepted(st *state, tk ticket, sent time.Time, sq *nfs4.Sequen
 	if sent.After(s.lastRenew) {
 		s.lastRenew = sent
 	}
+	if s.opts.OnStatus != nil {
+		s.unsettled |= sq.StatusFlags // with the renewal: see Info.Unsettled
+	}
 	s.mu.Unlock()
 	if sq.StatusFlags != 0 {
 		s.statusFlags(st, sq.StatusFlags)

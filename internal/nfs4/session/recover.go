@@ -292,6 +292,9 @@ func (s *Session) statusFlags(st *state, flags uint32) {
 			}
 			s.mu.Unlock()
 			s.opts.OnStatus(f)
+			s.mu.Lock()
+			s.unsettled = s.flags // acted on, but for those come since
+			s.mu.Unlock()
 		}
 	}()
 }

@@ -163,6 +163,10 @@ type Session struct {
 	flags      uint32 // status flags not yet handed to OnStatus
 	flagsBusy  bool
 	lastBind   time.Time
+
+	// unsettled: status flags taken whose OnStatus call has not returned
+	// (Info.Unsettled).
+	unsettled uint32
 }
 
 // state is one session: its id, channels and slot table. A recovery
@@ -206,6 +210,15 @@ type Info struct {
 	Slots       int               // slots usable now (the server's target)
 	Lease       time.Duration
 	Server      ServerInfo
+
+	// Renewed is when the last SEQUENCE the server took was sent: the
+	// lease, and the delegations hanging on it, are good until Renewed +
+	// Lease (RFC 8881 §8.3).
+	Renewed time.Time
+	// Unsettled are SEQUENCE status flags that came with the renewal but
+	// Options.OnStatus has not finished acting on: until it has, a
+	// renewal carrying RECALLABLE_STATE_REVOKED vouches for nothing.
+	Unsettled uint32
 }
 
 // New connects to the server, establishes a client ID and a session and
@@ -308,7 +321,7 @@ func (s *Session) Info() Info {
 	defer s.mu.Unlock()
 	st := s.cur
 	return Info{ClientID: st.clientID, SessionID: st.id, Fore: st.fore, Back: st.back, BackChannel: st.hasBack,
-		Slots: st.slots.usable(), Lease: s.lease, Server: s.server}
+		Slots: st.slots.usable(), Lease: s.lease, Server: s.server, Renewed: s.lastRenew, Unsettled: s.unsettled}
 }
 
 // RPC returns the session's RPC client (for NULL pings and statistics).

@@ -7,6 +7,8 @@ import (
 
 // Attribute sets asked for with GETATTR and READDIR.
 var (
+	// changeAttr is the change attribute alone.
+	changeAttr = nfs4.NewBitmap(nfs4.AttrChange)
 	// fileAttrs are what the core keeps of a file: what v3's fattr3 holds,
 	// and the change attribute.
 	fileAttrs = nfs4.NewBitmap(nfs4.AttrType, nfs4.AttrChange, nfs4.AttrSize, nfs4.AttrFsid,

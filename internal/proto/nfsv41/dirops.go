@@ -147,7 +147,9 @@ func (s *Server) Rmdir(ctx context.Context, c *proto.Cred, dir proto.FH, name st
 
 func (s *Server) remove(ctx context.Context, c *proto.Cred, proc string, dir proto.FH, name string, check nfs4.Opnum) (proto.RemoveRes, error) {
 	isDir := &nfs4.VerifyArgs{Attrs: nfs4.Fattr{Mask: typeAttr, Type: nfs4.TypeDir}}
-	r, err := s.compound(ctx, c, proc, []nfs4.Argop{putfh(dir), getattr(fileAttrs),
+	// The name may be a file whose CLOSE is queued: closed first, in the
+	// same COMPOUND (closeq.go).
+	r, err := s.compoundLead(ctx, c, proc, s.cq.takeLead(c), []nfs4.Argop{putfh(dir), getattr(fileAttrs),
 		{Op: nfs4.OpLookup, Args: &nfs4.LookupArgs{Name: []byte(name)}}, {Op: check, Args: isDir},
 		putfh(dir), {Op: nfs4.OpRemove, Args: &nfs4.RemoveArgs{Target: []byte(name)}}, getattr(fileAttrs)})
 	if err != nil {
@@ -193,7 +195,7 @@ func removeRes(r *reply, pre, rm int) proto.RemoveRes {
 // Rename: the source directory is the saved handle, the target the
 // current one; each gets its GETATTR after the RENAME.
 func (s *Server) Rename(ctx context.Context, c *proto.Cred, fromDir proto.FH, fromName string, toDir proto.FH, toName string) (proto.RenameRes, error) {
-	r, err := s.compound(ctx, c, "RENAME", []nfs4.Argop{putfh(fromDir), getattr(fileAttrs), {Op: nfs4.OpSaveFH},
+	r, err := s.compoundLead(ctx, c, "RENAME", s.cq.takeLead(c), []nfs4.Argop{putfh(fromDir), getattr(fileAttrs), {Op: nfs4.OpSaveFH},
 		putfh(toDir), getattr(fileAttrs),
 		{Op: nfs4.OpRename, Args: &nfs4.RenameArgs{OldName: []byte(fromName), NewName: []byte(toName)}},
 		getattr(fileAttrs), {Op: nfs4.OpRestoreFH}, getattr(fileAttrs)})

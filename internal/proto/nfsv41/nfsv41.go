@@ -45,10 +45,13 @@ type Config struct {
 	// Dial connects to addr (host:port); nil dials TCP.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// Now is the clock the mount's attributes are timed with; nil: time.Now.
-	Now     func() time.Time
-	Logf    func(format string, args ...any)
-	Machine string // AUTH_SYS machine name
-	Hooks   proto.Hooks
+	Now func() time.Time
+	// AfterFunc runs f after d and returns its timer's Stop (how long a
+	// CLOSE waits for a COMPOUND to carry it); nil: time.AfterFunc.
+	AfterFunc func(d time.Duration, f func()) func() bool
+	Logf      func(format string, args ...any)
+	Machine   string // AUTH_SYS machine name
+	Hooks     proto.Hooks
 }
 
 // Server is a mounted NFSv4.1 export.
@@ -66,6 +69,8 @@ type Server struct {
 
 	// locks are the lock owners' lock stateids (lock.go).
 	locks lockTable
+	// cq are the CLOSEs waiting for a COMPOUND to carry them (closeq.go).
+	cq *closeQueue
 	// cb are the core's answers to callbacks (deleg.go).
 	cb atomic.Pointer[cbHolder]
 	// rc reclaims after a server restart (reclaim.go).
@@ -108,16 +113,25 @@ func Mount(ctx context.Context, cfg Config, self *proto.Cred) (*Server, proto.Ex
 	key := fmt.Sprintf("%s:%s %s", cfg.Server, cfg.Export, hex.EncodeToString(nonce[:]))
 	s := &Server{hooks: cfg.Hooks, machine: cfg.Machine, now: cfg.Now, logf: cfg.Logf,
 		owner: []byte("hushfs create " + hex.EncodeToString(nonce[:])), creds: rpc.SysCreds{Machine: cfg.Machine}}
+	s.cq = newCloseQueue(cfg.AfterFunc, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s.flushCloses(ctx)
+	})
 	sess, err := session.New(ctx, session.Options{
 		RPC: rpc.ClientOptions{
 			Dial:    func(ctx context.Context) (net.Conn, error) { return cfg.Dial(ctx, addr) },
 			Timeout: cfg.Timeo, Retrans: cfg.Retrans, Hard: cfg.Hard, Logf: cfg.Logf,
 		},
-		Cred:      s.auth(self),
+		Cred: s.auth(self),
+		// An OPEN's reply is kept for a retry, its first READ's data too.
+		MaxCached: readFirstMax + readFirstRoom,
 		Owner:     session.DefaultOwner(key),
 		Logf:      cfg.Logf,
 		Callback:  s.callback,
 		OnStatus:  s.onStatus,
+		// A new client ID: the server forgot or expired our state; the
+		// core reclaims it (reclaim.go).
 		OnRecover: s.onRecover,
 	})
 	if err != nil {
@@ -133,11 +147,13 @@ func Mount(ctx context.Context, cfg Config, self *proto.Cred) (*Server, proto.Ex
 	return s, exp, nil
 }
 
-// Close destroys the session and client ID (bounded: a dead server does
-// not hang unmount) and ends the connection.
+// Close sends the CLOSEs still queued, destroys the session and client ID
+// (bounded: a dead server does not hang unmount) and ends the connection.
 func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	s.cq.shut()
+	s.flushCloses(ctx)
 	return s.sess.Close(ctx)
 }
 
@@ -170,7 +186,8 @@ var errShort = errors.New("nfsv41: COMPOUND reply does not match the request")
 // call named name (the NFSv3 procedure the method stands for, so that
 // statistics and --origins read alike for both protocols) with its
 // operations. An error means no usable answer; the operations' statuses
-// are in the result.
+// are in the result. CLOSEs queued under c's credential ride after ops
+// (closeq.go); the result holds ops' alone.
 //
 // NFS4ERR_DELAY (an operation the server cannot do yet: a delegation of
 // the file is being recalled, RFC 8881 §10.4.5) sends the COMPOUND again
@@ -181,10 +198,22 @@ var errShort = errors.New("nfsv41: COMPOUND reply does not match the request")
 // §8.4.2.1) is waited out the same way, from 250 ms doubling to 2 s, for
 // at most graceBound: the grace period lasts about a lease.
 func (s *Server) compound(ctx context.Context, c *proto.Cred, name string, ops []nfs4.Argop) (*reply, error) {
+	return s.compoundLead(ctx, c, name, nil, ops)
+}
+
+// compoundLead is compound with the CLOSEs lead sent before ops, in the
+// same COMPOUND. A CLOSE there that fails stops ops: the CLOSEs are done
+// with then (the server no longer knows the open, or we cannot close it:
+// logged, its lease ends it), and ops go again alone.
+func (s *Server) compoundLead(ctx context.Context, c *proto.Cred, name string, lead []*pendingClose, ops []nfs4.Argop) (*reply, error) {
 	pause := 50 * time.Millisecond
 	var graceUntil time.Time
 	for {
-		r, err := s.compoundOnce(ctx, c, name, ops)
+		r, err := s.compoundOnce(ctx, c, name, lead, ops)
+		lead = nil
+		if errors.Is(err, errLeadFailed) {
+			continue
+		}
 		if err != nil || (r.res.Status != nfs4.ErrDelay && r.res.Status != nfs4.ErrGrace) {
 			return r, err
 		}
@@ -218,38 +247,134 @@ func (s *Server) compound(ctx context.Context, c *proto.Cred, name string, ops [
 // never less than 90 s.
 func graceBound(lease time.Duration) time.Duration { return max(3*lease, 90*time.Second) }
 
-// compoundOnce is compound without the retries of NFS4ERR_DELAY.
-func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, ops []nfs4.Argop) (*reply, error) {
+// errLeadFailed: a CLOSE sent before a COMPOUND's operations failed, and
+// they did not run.
+var errLeadFailed = errors.New("nfsv41: a CLOSE before the operations failed")
+
+// compoundOnce is compoundLead without the retries.
+func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, lead []*pendingClose, ops []nfs4.Argop) (*reply, error) {
 	if s.hooks.Calling != nil {
 		s.hooks.Calling(ctx, name)
 	}
-	r := &reply{ops: ops}
+	var trail []*pendingClose
+	if s.cq != nil && foldable(ops) {
+		room := int(s.sess.Info().Fore.MaxOperations) - 1 - len(ops) - 2*len(lead)
+		trail = s.cq.takeTrail(c, min(room/2, maxClosesPerCompound))
+	}
+	all := ops
+	if len(lead)+len(trail) > 0 {
+		all = make([]nfs4.Argop, 0, len(ops)+2*(len(lead)+len(trail)))
+		for _, p := range lead {
+			all = append(all, closeOps(p)...)
+		}
+		all = append(all, ops...)
+		for _, p := range trail {
+			all = append(all, closeOps(p)...)
+		}
+	}
+	r := &reply{ops: all}
 	start := s.now()
-	err := s.sess.Compound(ctx, s.auth(c), ops, &r.res)
-	if err == nil && r.res.Status == nfs4.OK && len(r.res.Ops) != len(ops) {
+	err := s.sess.Compound(ctx, s.auth(c), all, &r.res)
+	if err == nil && r.res.Status == nfs4.OK && len(r.res.Ops) != len(all) {
 		err = errShort
 	}
 	if err == nil {
 		for i := range r.res.Ops {
-			if i >= len(ops) || r.res.Ops[i].Op != ops[i].Op || r.res.Ops[i].Res == nil {
+			if i >= len(all) || r.res.Ops[i].Op != all[i].Op || r.res.Ops[i].Res == nil {
 				err = errShort
 				break
 			}
 		}
 	}
 	if s.hooks.Finished != nil {
-		names := make([]string, 0, len(ops)+1)
+		names := make([]string, 0, len(all)+1)
 		names = append(names, nfs4.OpSequence.String())
-		for _, o := range ops {
+		for _, o := range all {
 			names = append(names, o.Op.String())
 		}
 		s.hooks.Finished(&proto.CallStats{Name: name, Ops: names, Transmissions: 1,
 			Execute: s.now().Sub(start), Err: err})
 	}
 	if err != nil {
+		// No answer: what the CLOSEs did is unknown. Not sent again (a
+		// CLOSE of a new open of the file would close that); the server
+		// drops an open left at the lease's end.
+		s.closesDone(append(lead, trail...), nil, 0)
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	if len(lead) > 0 {
+		k := 2 * len(lead)
+		s.closesDone(lead, r, 0)
+		if len(r.res.Ops) <= k {
+			// A CLOSE failed: ops did not run, nor any after them.
+			s.cq.requeue(trail)
+			return nil, errLeadFailed
+		}
+		r.res.Ops = r.res.Ops[k:]
+		r.ops = r.ops[k:]
+	}
+	if len(trail) > 0 {
+		k := len(ops)
+		s.closesDone(trail, r, k)
+		if len(r.res.Ops) > k {
+			// The CLOSEs ran (well or not): ops all succeeded.
+			r.res.Ops = r.res.Ops[:k]
+			r.res.Status = nfs4.OK
+		}
+		r.ops = r.ops[:k]
+	}
 	return r, nil
+}
+
+// foldable reports whether queued CLOSEs may ride after ops: their reply
+// stays small enough for the server to keep for a retry (a CLOSE makes
+// it keep it), and ops are not CLOSEs already.
+func foldable(ops []nfs4.Argop) bool {
+	for i := range ops {
+		switch ops[i].Op {
+		case nfs4.OpRead:
+			// Under the current stateid it is an OPEN's first READ,
+			// sized to leave the reply room for CLOSEs (readFirstRoom).
+			if ops[i].Args.(*nfs4.ReadArgs).Stateid != nfs4.CurrentStateid {
+				return false
+			}
+		case nfs4.OpReaddir, nfs4.OpClose:
+			return false
+		}
+	}
+	return true
+}
+
+// closesDone settles the CLOSEs ps whose first operation is result at of
+// r (nil: no answer): those that ran are done, those that did not are
+// queued again (a COMPOUND whose own operation failed).
+func (s *Server) closesDone(ps []*pendingClose, r *reply, at int) {
+	if len(ps) == 0 {
+		return
+	}
+	if r == nil {
+		s.cq.sent(ps)
+		return
+	}
+	var ran, left []*pendingClose
+	for i, p := range ps {
+		res := r.at(at + 2*i + 1)
+		if res == nil {
+			if r.at(at+2*i) != nil {
+				// PUTFH failed: the file is gone (STALE); so is its open.
+				ran = append(ran, p)
+				continue
+			}
+			left = append(left, p)
+			continue
+		}
+		ran = append(ran, p)
+		if st := res.OpStatus(); !closedStatus(st) {
+			s.logf("hushfs: NFSv4.1 CLOSE: %v (the server drops the open when our lease ends)", statusErr(st))
+		}
+	}
+	s.cq.sent(ran)
+	s.cq.requeue(left)
 }
 
 // reply is a COMPOUND's answer, checked by compound to hold results of the

@@ -53,16 +53,11 @@ func stateErr(st nfs4.Status) error {
 // attributes and the caller's rights (what v3's close-to-open GETATTR and
 // ACCESS bring), or by name in a directory (CLAIM_NULL; creating it if
 // a.Create is set), with the file's handle and the directory's attributes
-// around the OPEN and its change_info. A read delegation is asked for
-// when a.WantDeleg is set on an open for reading and the core takes
-// callbacks (deleg.go); otherwise none is wanted, and one granted anyway is
-// given back at once.
+// around the OPEN and its change_info. A delegation is asked for when
+// a.WantDeleg is set and the core takes callbacks (deleg.go: wantDeleg);
+// otherwise none is wanted, and one granted anyway is given back at once.
 func (s *Server) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (proto.OpenRes, error) {
-	want := uint32(nfs4.ShareAccessWantNoDeleg)
-	keep := a.WantDeleg && a.Access == proto.ShareRead && s.callbacks() != nil
-	if keep {
-		want = nfs4.ShareAccessWantReadDeleg
-	}
+	want, keep := wantDeleg(a, s.callbacks() != nil)
 	open := &nfs4.OpenArgs{
 		ShareAccess: a.Access | want,
 		ShareDeny:   a.Deny,
@@ -107,11 +102,40 @@ func (s *Server) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (pro
 		iAccess = len(ops)
 		ops = append(ops, nfs4.Argop{Op: nfs4.OpAccess, Args: &nfs4.AccessArgs{Access: a.Check}})
 	}
+	// The first READ under the open just made (the current stateid, RFC
+	// 8881 §16.2.3.1.2), last so that its failure costs only the data,
+	// and the change attribute again after it: the data is the file's as
+	// the OPEN's attributes describe it only if nothing changed between.
+	iRead, iChange := -1, -1
+	if n := s.readFirstCount(a.ReadFirst); n > 0 && !byName && a.Access&proto.ShareRead != 0 {
+		iRead = len(ops)
+		ops = append(ops, nfs4.Argop{Op: nfs4.OpRead, Args: &nfs4.ReadArgs{Stateid: nfs4.CurrentStateid, Count: n}})
+		iChange = len(ops)
+		ops = append(ops, getattr(changeAttr))
+	}
 	if byName {
 		ops = append(ops, putfh(a.Dir), getattr(fileAttrs))
 		iPost = len(ops) - 1
 	}
-	r, err := s.compound(ctx, c, name, ops)
+	// A CLOSE of this open still queued is taken back, or goes first
+	// (closeq.go).
+	var lead []*pendingClose
+	var taken *pendingClose
+	if byName {
+		lead = s.cq.takeLead(c)
+	} else if p, back := s.cq.reclaim(c, a.FH, a.Access); p != nil {
+		lead = []*pendingClose{p}
+	} else {
+		taken = back
+	}
+	r, err := s.compoundLead(ctx, c, name, lead, ops)
+	if err == nil && r.status(iOpen) == nfs4.OK {
+		taken = nil
+	}
+	if taken != nil {
+		// The OPEN did not take it: the open is still there to close.
+		s.cq.requeue([]*pendingClose{taken})
+	}
 	if err != nil {
 		return proto.OpenRes{}, err
 	}
@@ -126,6 +150,7 @@ func (s *Server) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (pro
 		return out, nil
 	}
 	out.State = stateOf(o.Stateid)
+	s.cq.opened(out.State, a.Access)
 	if byName {
 		if g, ok := r.at(iFH).(*nfs4.GetFHRes); ok && g.Status == nfs4.OK && len(g.FH) > 0 {
 			out.FH = proto.FH(g.FH)
@@ -141,9 +166,14 @@ func (s *Server) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (pro
 			out.Access, out.Granted = acc.Access&acc.Supported&a.Check, true
 		}
 	}
+	if rd, ok := r.at(iRead).(*nfs4.ReadRes); ok && rd.Status == nfs4.OK && out.Attr.Present && out.Attr.Attr.HasChange {
+		if g, ok := r.at(iChange).(*nfs4.GetattrRes); ok && g.Status == nfs4.OK && g.Attrs.Change == out.Attr.Attr.Change {
+			out.Data, out.DataEOF, out.HasData = rd.Data, rd.EOF, true
+		}
+	}
 	if d := o.Delegation; (d.Type == nfs4.DelegateRead || d.Type == nfs4.DelegateWrite) && len(out.FH) > 0 {
-		if keep && d.Type == nfs4.DelegateRead {
-			out.Deleg = proto.Delegation{Type: proto.DelegRead, State: stateOf(d.Stateid)}
+		if keep {
+			out.Deleg = delegationOf(&d)
 		} else if err := s.ReturnDelegation(ctx, c, out.FH, stateOf(d.Stateid)); err != nil {
 			// The server takes it back when it recalls it and we do not
 			// answer, or at the lease's end.
@@ -153,12 +183,17 @@ func (s *Server) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (pro
 	return out, nil
 }
 
-// CloseOpen closes an open (CLOSE). Locks the server still holds under it
-// (LOCKS_HELD: a lock owner whose unlock never came) are released first,
-// and the open's lock states are forgotten. A state the server no longer
-// knows is closed already.
+// CloseOpen closes an open (CLOSE): queued, to ride in the next COMPOUND
+// (closeq.go), unless locks were taken under it or the mount is closing.
+// Locks the server still holds under it (LOCKS_HELD: a lock owner whose
+// unlock never came) are released first, and the open's lock states are
+// forgotten. A state the server no longer knows is closed already.
 func (s *Server) CloseOpen(ctx context.Context, c *proto.Cred, fh proto.FH, st proto.StateID) error {
+	if len(s.locks.ownersUnder(fh, st.Other)) == 0 && s.cq.add(c, fh, st) {
+		return nil
+	}
 	defer s.locks.forgetOpen(st.Other)
+	defer s.cq.sent([]*pendingClose{{cred: *c, fh: fh, st: st}})
 	closeOps := []nfs4.Argop{putfh(fh), {Op: nfs4.OpClose, Args: &nfs4.CloseArgs{Stateid: stateidOf(st)}}}
 	r, err := s.compound(ctx, c, "CLOSE", closeOps)
 	if err != nil {
@@ -170,11 +205,35 @@ func (s *Server) CloseOpen(ctx context.Context, c *proto.Cred, fh proto.FH, st p
 			return err
 		}
 	}
-	switch st := r.status(1); st {
-	case nfs4.OK, nfs4.ErrBadStateid, nfs4.ErrExpired, nfs4.ErrAdminRevoked, nfs4.ErrStaleStateid:
-		return nil
-	default:
+	if st := r.status(1); !closedStatus(st) {
 		return fmt.Errorf("CLOSE: %w", statusErr(st))
+	}
+	return nil
+}
+
+// flushCloses sends every queued CLOSE, in COMPOUNDs of their own
+// (closeDelay passed with no COMPOUND to carry them, the queue is full, or
+// the mount is closing).
+func (s *Server) flushCloses(ctx context.Context) {
+	for {
+		ps := s.cq.takeAny(maxClosesPerCompound)
+		if len(ps) == 0 {
+			return
+		}
+		var ops []nfs4.Argop
+		for _, p := range ps {
+			ops = append(ops, closeOps(p)...)
+		}
+		r, err := s.compoundOnce(ctx, &ps[0].cred, "CLOSE", nil, ops)
+		if err != nil {
+			s.cq.sent(ps)
+			s.logf("hushfs: NFSv4.1 sending %d CLOSEs: %v (the server drops the opens when our lease ends)", len(ps), err)
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		s.closesDone(ps, r, 0)
 	}
 }
 
@@ -190,7 +249,31 @@ func (s *Server) Downgrade(ctx context.Context, c *proto.Cred, fh proto.FH, st p
 	if !ok || d.Status != nfs4.OK {
 		return st, fmt.Errorf("OPEN_DOWNGRADE: %w", stateErr(r.status(1)))
 	}
+	s.cq.downgraded(st, access)
 	return stateOf(d.Stateid), nil
+}
+
+// readFirstMax is the most an OPEN's first READ asks for (OpenArgs.ReadFirst
+// is the core's wish), and what the session asks the server to be able to
+// keep of a reply for a retry besides readFirstRoom: an OPEN's reply must be
+// kept (it is not idempotent), READ data and all.
+const (
+	readFirstMax  = 256 << 10
+	readFirstRoom = 8 << 10 // SEQUENCE, OPEN, GETATTRs, ACCESS, CLOSEs carried
+)
+
+// readFirstCount is how much an OPEN's first READ asks for: want, within
+// what the server keeps of a reply and sends in one.
+func (s *Server) readFirstCount(want uint32) uint32 {
+	if want == 0 {
+		return 0
+	}
+	fore := s.sess.Info().Fore
+	limit := min(fore.MaxResponseSizeCached, fore.MaxResponseSize)
+	if limit <= readFirstRoom+4096 {
+		return 0
+	}
+	return min(want, readFirstMax, limit-readFirstRoom)
 }
 
 // ReadState is Read under an open's state.

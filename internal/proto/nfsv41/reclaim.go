@@ -31,13 +31,19 @@ type reclaimerHolder struct{ r proto.Reclaimer }
 // SetReclaimer sets who reclaims after a server restart (the core).
 func (s *Server) SetReclaimer(r proto.Reclaimer) { s.rc.Store(&reclaimerHolder{r}) }
 
-// onRecover is session.Options.OnRecover: the core reclaims what it held.
+// onRecover is session.Options.OnRecover: the core reclaims what it held
+// (the delegations too: those it cannot reclaim it gives back).
 // ctx's COMPOUNDs go out while all others wait. Reclaims the server
 // refuses with NO_GRACE (its grace period is over, or this was our lease
 // expiring, not a restart) end the core's reclaiming; it reopens instead.
 func (s *Server) onRecover(ctx context.Context, r session.Recovery) error {
 	h := s.rc.Load()
 	if h == nil {
+		// Nothing reclaims: the server lost or expired all our state,
+		// delegations with it.
+		if cb := s.callbacks(); cb != nil {
+			cb.Revoked()
+		}
 		return nil
 	}
 	start := s.now()
@@ -74,12 +80,8 @@ func (o reclaimOps) ReclaimOpen(ctx context.Context, c *proto.Cred, fh proto.FH,
 	out.State = stateOf(o4.Stateid)
 	out.Attr, _ = r.attrs(2)
 	if d := o4.Delegation; d.Type == nfs4.DelegateRead || d.Type == nfs4.DelegateWrite {
-		t := proto.DelegRead
-		if d.Type == nfs4.DelegateWrite {
-			t = proto.DelegWrite
-		}
-		if t == deleg && !d.Recall {
-			out.Deleg = proto.Delegation{Type: t, State: stateOf(d.Stateid)}
+		if got := delegationOf(&d); got.Type == deleg && !d.Recall {
+			out.Deleg = got
 		} else if err := s.ReturnDelegation(ctx, c, fh, stateOf(d.Stateid)); err != nil {
 			// Not the one we held, or the server wants it back at once
 			// (it could not tell whether another client changed the file).
