@@ -173,6 +173,7 @@ func TestNFSv41WriteDelegation(t *testing.T) {
 	must(t, "A: write more", err)
 	data = append(data, more...)
 	returns := serverOps(t, metrics, "DELEGRETURN")
+	closes := serverOps(t, metrics, "CLOSE")
 	beforeStat := a.Stats(t)
 	prev = beforeStat
 	var st syscall.Stat_t
@@ -194,10 +195,18 @@ func TestNFSv41WriteDelegation(t *testing.T) {
 	d = delta(prev, a.Stats(t))
 	t.Logf("A, recalled by B's open: calls {%s}", opsLine(d.Ops))
 	// Once, with the open kept past the close closed, whether B's stat
-	// or B's open recalled it.
-	if d := delta(beforeStat, a.Stats(t)); d.Ops["DELEGRETURN"].Ops != 1 || d.Ops["CLOSE"].Ops != 1 {
-		t.Errorf("A, from B's stat to B's read: calls {%s}, want one CLOSE (the open kept) and one DELEGRETURN", opsLine(d.Ops))
+	// or B's open recalled it. The CLOSE rides in a COMPOUND (the
+	// DELEGRETURN's, or alone after the queue's delay): the server counts
+	// it.
+	if d := delta(beforeStat, a.Stats(t)); d.Ops["DELEGRETURN"].Ops != 1 || d.Ops["CLOSE"].Ops > 1 {
+		t.Errorf("A, from B's stat to B's read: calls {%s}, want one DELEGRETURN (and the kept open's CLOSE in it or alone)", opsLine(d.Ops))
 	}
+	within(t, "server: the kept open's CLOSE", 5*time.Second, func() error {
+		if n := serverOps(t, metrics, "CLOSE") - closes; n != 1 {
+			return fmt.Errorf("%d CLOSEs from B's stat to B's read, want 1 (A's kept open)", n)
+		}
+		return nil
+	})
 	if n := serverOps(t, metrics, "DELEGRETURN") - returns; n != 1 {
 		t.Errorf("server: %d DELEGRETURNs from B's stat to B's read, want 1", n)
 	}
@@ -247,8 +256,10 @@ func TestNFSv41WriteDelegationIdle(t *testing.T) {
 	must(t, "A: create and write", os.WriteFile(filepath.Join(dirA, "f"), data, 0o644))
 	d := waitCalls(t, a, prev, "DELEGRETURN", 1)
 	t.Logf("A: create, write, close, idle return: calls {%s}", opsLine(d.Ops))
-	if d.Ops["CLOSE"].Ops != 1 || d.Ops["DELEGRETURN"].Ops != 1 {
-		t.Errorf("A: calls {%s}, want one CLOSE and one DELEGRETURN at the idle return", opsLine(d.Ops))
+	// The kept open's CLOSE rides in the DELEGRETURN's COMPOUND, or goes
+	// alone after the CLOSE queue's delay.
+	if d.Ops["CLOSE"].Ops > 1 || d.Ops["DELEGRETURN"].Ops != 1 {
+		t.Errorf("A: calls {%s}, want one DELEGRETURN (and at most one CLOSE) at the idle return", opsLine(d.Ops))
 	}
 	prev = a.Stats(t)
 	start := time.Now()
