@@ -351,11 +351,14 @@ func TestNFSv41ReclaimLocks(t *testing.T) {
 // so grace period), killed with SIGKILL and started again: it knows its
 // clients again from its state directory and takes their reclaims. A
 // process on A holds an fcntl lock of f, an flock of g and r open for
-// reading under a read delegation. After the restart A reclaims the
-// three opens, the locks and the delegation: B's F_SETLK and flock are
-// refused; B's write of r recalls A's reclaimed delegation (a delegation
-// the server had forgotten would not be recalled, and A would read its
-// stale cache), and A then reads B's data.
+// reading under a read delegation (f and g, opened for writing by one
+// client, are under write delegations). After the restart A reclaims the
+// three opens, the locks and the delegations: B's F_SETLK and flock are
+// refused; B's opens recall the write delegations and B reads the
+// holder's write made after the restart; B's write of r recalls A's
+// reclaimed read delegation (a delegation the server had forgotten would
+// not be recalled, and A would read its stale cache), and A then reads
+// B's data.
 func TestNFSv41ReclaimServe(t *testing.T) {
 	requireMountTools(t)
 	bin := harness.BuildHushfs(t)
@@ -403,6 +406,13 @@ func TestNFSv41ReclaimServe(t *testing.T) {
 	if err := unix.Flock(gb, unix.LOCK_EX|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
 		t.Errorf("B's flock under A's reclaimed one: %v, want EWOULDBLOCK", err)
 	}
+	// The holder's write after the restart (under its reclaimed open, and
+	// write delegation if it held one: B's open recalled it) reads on B.
+	got := make([]byte, 5)
+	if _, err := unix.Pread(fb, got, 10); err != nil || string(got) != "after" {
+		t.Errorf("B reads %q (%v) at 10 of f, want the holder's write after the restart", got, err)
+	}
+	t.Logf("A's calls since the restart, B's opens included: %s", opsLine(delta(before, ma.Stats(t)).Ops))
 
 	// B's write of r recalls A's reclaimed delegation; A reads B's data.
 	beforeWrite := ma.Stats(t)
