@@ -5,8 +5,11 @@
 // LOOKUP and 4 KiB READ (cached and random) operations per second with 1
 // and 16 calls in flight and MB/s of 1 MiB READ and WRITE; and whole-file
 // sequential read and write of 1 GiB (UNSTABLE + COMMIT) with the file's
-// pages dropped from the server's cache first. It prints a markdown table
-// with the ratio hushfs/ganesha and writes it to -out.
+// pages dropped from the server's cache first; and over NFSv4.1 (v41.go)
+// GETATTR, LOOKUP, OPEN+CLOSE, create+stat+remove and 4 KiB READ as a
+// Linux client's COMPOUNDs from 1 and 16 clients, each its own session and
+// connection (ganesha then serves NFSv4 too). It prints markdown tables
+// with the ratio hushfs/ganesha and writes them to -out.
 //
 // It needs root (ganesha runs in a private network namespace) and the
 // packages scripts/install-deps.sh installs. Run it from the repository.
@@ -20,6 +23,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +49,9 @@ type cell struct {
 	who   string // "in flight" or "clients"
 	unit  string // "ops/s" or "MB/s"
 	value map[string]float64
+	v41   bool
+	// compounds is COMPOUNDs per operation (v41 only), per server.
+	compounds map[string]float64
 }
 
 func main() {
@@ -53,8 +60,19 @@ func main() {
 	concs := flag.String("conc", "1,16", "calls in flight over the one connection")
 	servers := flag.String("servers", "hushfs,hushfs-async,ganesha", "servers to measure: hushfs, hushfs-async (serve --async), ganesha")
 	out := flag.String("out", "bench/results/server-ops.md", "markdown file to write ('' for none)")
-	only := flag.String("only", "meta,random,seq,calls", "scenarios to run: meta (create+stat+remove), random (4 KiB random READ), seq (1 GiB sequential read and write), calls (GETATTR, LOOKUP, READ, WRITE over one connection)")
+	only := flag.String("only", "meta,random,seq,calls,v41", "scenarios to run: meta (create+stat+remove), random (4 KiB random READ), seq (1 GiB sequential read and write), calls (GETATTR, LOOKUP, READ, WRITE over one connection), v41 (NFSv4.1 GETATTR, LOOKUP, OPEN+CLOSE, create+stat+remove, READ from 1 and 16 clients)")
+	v41only := flag.String("v41", "", "with v41: only these of its scenarios, comma-separated ("+strings.Join(v41Names(), ", ")+")")
 	flag.Parse()
+	v41set := map[string]bool{}
+	for _, s := range strings.Split(*v41only, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			if !slices.Contains(v41Names(), s) {
+				fmt.Fprintf(os.Stderr, "serverbench: unknown -v41 scenario %q\n", s)
+				os.Exit(2)
+			}
+			v41set[s] = true
+		}
+	}
 	if *rounds < 1 {
 		fmt.Fprintln(os.Stderr, "serverbench: -rounds must be at least 1")
 		os.Exit(2)
@@ -92,14 +110,14 @@ func main() {
 			case "ganesha":
 				dir := t.TempDir()
 				populate(t, dir, set["seq"])
-				g := harness.StartGanesha(t, harness.GaneshaOptions{ExportDir: dir})
+				g := harness.StartGanesha(t, harness.GaneshaOptions{ExportDir: dir, NFSv4: set["v41"]})
 				targets = append(targets, &target{name: "ganesha 4.3", export: g.ExportPath, dir: dir,
 					dial: g.Dial, mount: g.DialMount})
 			default:
 				t.Fatalf("unknown server %q", s)
 			}
 		}
-		table = run(t, targets, conc, *duration, *rounds, set)
+		table = run(t, targets, conc, *duration, *rounds, set, v41set)
 	})
 	if !ok {
 		os.Exit(1)
@@ -319,7 +337,7 @@ func scenarioSet(t *harness.Program, list string) map[string]bool {
 	set := map[string]bool{}
 	for _, s := range strings.Split(list, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "meta", "random", "seq", "calls":
+		case "meta", "random", "seq", "calls", "v41":
 			set[s] = true
 		default:
 			t.Fatalf("unknown scenario %q in -only", s)
@@ -328,7 +346,7 @@ func scenarioSet(t *harness.Program, list string) map[string]bool {
 	return set
 }
 
-func run(t *harness.Program, targets []*target, conc []int, d time.Duration, rounds int, only map[string]bool) string {
+func run(t *harness.Program, targets []*target, conc []int, d time.Duration, rounds int, only, v41set map[string]bool) string {
 	sessions := make([]*session, len(targets))
 	for i, tg := range targets {
 		sessions[i] = connect(t, tg)
@@ -390,41 +408,90 @@ func run(t *harness.Program, targets []*target, conc []int, d time.Duration, rou
 			})
 		}
 	}
-	// Ratios are against ganesha, when it was measured.
+	if only["v41"] {
+		v41 := runV41(t, targets, conc, d, rounds, v41set)
+		cells = append(cells, v41...)
+	}
+	var b strings.Builder
+	var v3, v4 []cell
+	for _, cl := range cells {
+		if cl.v41 {
+			v4 = append(v4, cl)
+		} else {
+			v3 = append(v3, cl)
+		}
+	}
+	if len(v3) > 0 {
+		renderTable(&b, targets, v3)
+		fmt.Fprintf(&b, "\n%s per timed cell and server, in %d rounds with the servers taking turns (the mean rate shown); "+
+			"the 1 GiB transfers run to their end, the file's pages dropped from the server's cache before the read; "+
+			"one TCP connection per server, or one per client for create+stat+remove; 127.0.0.1; measured %s.\n",
+			d, rounds, time.Now().UTC().Format("2006-01-02"))
+	}
+	if len(v4) > 0 {
+		if len(v3) > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString("NFSv4.1:\n\n")
+		renderTable(&b, targets, v4)
+		fmt.Fprintf(&b, "\n%s per timed cell and server, in %d rounds with the servers taking turns (the mean rate shown); "+
+			"each client its own client ID, session and TCP connection, one COMPOUND in flight; "+
+			"COMPOUNDs per operation as the sessions counted them (SEQUENCE first in each); opens ask for no delegation; "+
+			"127.0.0.1; measured %s.\n", d, rounds, time.Now().UTC().Format("2006-01-02"))
+	}
+	return b.String()
+}
+
+// renderTable writes cells as a markdown table with a ratio to ganesha
+// for every other server, when ganesha was measured.
+func renderTable(b *strings.Builder, targets []*target, cells []cell) {
 	ref := ""
 	for _, tg := range targets {
 		if strings.HasPrefix(tg.name, "ganesha") {
 			ref = tg.name
 		}
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "| operation | concurrency | unit |")
+	v41 := len(cells) > 0 && cells[0].v41
+	fmt.Fprintf(b, "| operation | concurrency | unit |")
+	if v41 {
+		b.WriteString(" COMPOUNDs per op |")
+	}
 	for _, tg := range targets {
-		fmt.Fprintf(&b, " %s |", tg.name)
+		fmt.Fprintf(b, " %s |", tg.name)
 	}
 	nratio := 0
 	for _, tg := range targets {
 		if ref != "" && tg.name != ref {
-			fmt.Fprintf(&b, " %s / ganesha |", strings.TrimPrefix(tg.name, "hushfs "))
+			fmt.Fprintf(b, " %s / ganesha |", strings.TrimPrefix(tg.name, "hushfs "))
 			nratio++
 		}
 	}
-	fmt.Fprintf(&b, "\n|---|---|---|%s\n", strings.Repeat("--:|", len(targets)+nratio))
+	ncol := len(targets) + nratio
+	if v41 {
+		ncol++
+	}
+	fmt.Fprintf(b, "\n|---|---|---|%s\n", strings.Repeat("--:|", ncol))
 	for _, cl := range cells {
-		fmt.Fprintf(&b, "| %s | %d %s | %s |", cl.op, cl.conc, cl.who, cl.unit)
+		fmt.Fprintf(b, "| %s | %d %s | %s |", cl.op, cl.conc, cl.who, cl.unit)
+		if v41 {
+			// The same for every server unless one answered differently.
+			var per []string
+			for _, tg := range targets {
+				v := fmt.Sprintf("%.2g", cl.compounds[tg.name])
+				if len(per) == 0 || per[len(per)-1] != v {
+					per = append(per, v)
+				}
+			}
+			fmt.Fprintf(b, " %s |", strings.Join(per, " / "))
+		}
 		for _, tg := range targets {
-			fmt.Fprintf(&b, " %.0f |", cl.value[tg.name])
+			fmt.Fprintf(b, " %.0f |", cl.value[tg.name])
 		}
 		for _, tg := range targets {
 			if ref != "" && tg.name != ref {
-				fmt.Fprintf(&b, " %.2f |", cl.value[tg.name]/cl.value[ref])
+				fmt.Fprintf(b, " %.2f |", cl.value[tg.name]/cl.value[ref])
 			}
 		}
 		b.WriteString("\n")
 	}
-	fmt.Fprintf(&b, "\n%s per timed cell and server, in %d rounds with the servers taking turns (the mean rate shown); "+
-		"the 1 GiB transfers run to their end, the file's pages dropped from the server's cache before the read; "+
-		"one TCP connection per server, or one per client for create+stat+remove; 127.0.0.1; measured %s.\n",
-		d, rounds, time.Now().UTC().Format("2006-01-02"))
-	return b.String()
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +22,9 @@ type openFile struct {
 	// seenErr is the write-back error count this descriptor has been told
 	// of. GUARDED_BY(node.file.mu)
 	seenErr uint64
+	// flushed: a close(2) of a descriptor of it was seen (FLUSH); its
+	// RELEASE is likely on its way (openHere).
+	flushed atomic.Bool
 }
 
 // takeErrLocked returns a write-back error this descriptor has not yet
@@ -411,6 +415,7 @@ func (fs *FS) Flush(ctx context.Context, c *Cred, fh uint64) error {
 	if err != nil {
 		return err
 	}
+	defer of.flushed.Store(true)
 	return fs.flushSync(ctx, of, fs.closeDelegated(of.node))
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"syscall"
+	"time"
 
 	"hushfs/internal/proto"
 )
@@ -23,10 +24,54 @@ func (fs *FS) Unlink(ctx context.Context, c *Cred, parent NodeID, name string) e
 	if err != nil {
 		return err
 	}
-	if child := fs.childForUnlink(ctx, c, dir, name); child != nil && fs.nodes.openCount(child) > 0 {
+	if child := fs.childForUnlink(ctx, c, dir, name); child != nil && fs.openHere(ctx, child) {
 		return fs.sillyRename(ctx, c, dir, name, child)
 	}
 	return fs.remove(ctx, c, dir, name, false)
+}
+
+// releaseWait is how long an unlink waits for the RELEASE of a file whose
+// descriptors were all closed (FLUSH seen): the kernel sends RELEASE in
+// the background after close(2) returns, so `cat f; rm f` races it, and
+// losing costs a silly rename and its REMOVE (2 calls) for nothing.
+const releaseWait = 50 * time.Millisecond
+
+// openHere reports whether n is open here, for a removal that would hide
+// it (silly rename). Open files whose every descriptor was closed, or
+// whose release is under way, are given releaseWait to finish: a
+// descriptor still in use (a dup, a fork's) keeps it open after that.
+func (fs *FS) openHere(ctx context.Context, n *inode) bool {
+	if fs.nodes.openCount(n) == 0 {
+		return false
+	}
+	fs.openMu.Lock()
+	closing := true
+	for _, of := range fs.files {
+		if of.node == n && !of.flushed.Load() {
+			closing = false
+			break
+		}
+	}
+	fs.openMu.Unlock()
+	if !closing {
+		return true
+	}
+	t := time.NewTimer(releaseWait)
+	defer t.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fs.nodes.openCount(n) > 0
+		case <-t.C:
+			return fs.nodes.openCount(n) > 0
+		case <-tick.C:
+			if fs.nodes.openCount(n) == 0 {
+				return false
+			}
+		}
+	}
 }
 
 // Rmdir removes an empty directory.
@@ -154,7 +199,7 @@ func (fs *FS) Rename(ctx context.Context, c *Cred, oldParent NodeID, oldName str
 	if err != nil {
 		return err
 	}
-	if victim := fs.childForUnlink(ctx, c, to, newName); victim != nil && fs.nodes.openCount(victim) > 0 {
+	if victim := fs.childForUnlink(ctx, c, to, newName); victim != nil && fs.openHere(ctx, victim) {
 		if moved := fs.knownChild(from, oldName); moved != victim {
 			if err := fs.sillyRename(ctx, c, to, newName, victim); err != nil {
 				return err

@@ -84,6 +84,9 @@ type leased struct {
 	// A delegated directory is watched, not leased (leases_dir.go).
 	dir     bool
 	expects []*expectation // events of the server's own changes of the directory
+	// Changes of a write-leased file's attributes the server makes for
+	// its holder (leases_self.go).
+	selfAttrs []*attrExpectation
 }
 
 // leaseType is the lease l holds while intact.
@@ -375,6 +378,9 @@ func (w *leaseWatch) scan() {
 	var recalls []v4state.Recall
 	w.mu.Lock()
 	for key, l := range w.files {
+		if !l.dir {
+			w.forgetSelfLocked(l)
+		}
 		if l.dir {
 			w.forgetExpectsLocked(l)
 		} else if !l.broken && !leaseIntact(l.fd, l.leaseType()) {
@@ -468,7 +474,8 @@ func (w *leaseWatch) readEvents() {
 			case mask&unix.IN_IGNORED != 0:
 			default:
 				if key, ok := w.byWD[wd]; ok {
-					if l := w.files[key]; !l.dir || w.dirEvent(l, mask, name) {
+					l := w.files[key]
+					if (l.dir && w.dirEvent(l, mask, name)) || (!l.dir && w.fileEvent(l, mask)) {
 						l.broken = true
 					}
 				}

@@ -47,7 +47,7 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
 		}
-		r := s.getattr(&a)
+		r := s.getattr3(&a)
 		return r.Append(reply), nil
 	case nfs3.ProcSetattr:
 		var a nfs3.SetattrArgs
@@ -177,7 +177,8 @@ func (h nfsHandler) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) 
 		if err := decodeArgs(call, &a); err != nil {
 			return nil, err
 		}
-		if !s.mayChangeDir3(a.Link.Dir) {
+		// A new name changes the file too (its link count and ctime).
+		if !s.mayChangeDir3(a.Link.Dir) || !s.mayChange3(a.File) {
 			return (&nfs3.LinkRes{Status: nfs3.ErrJukebox}).Append(reply), nil
 		}
 		r := s.link(&id, &a)

@@ -175,11 +175,20 @@ func (c *compound) link(a *nfs4.LinkArgs) nfs4.Status {
 	if st := checkName4(a.NewName); st != nfs4.OK {
 		return c.status(st)
 	}
+	// A new name changes the file too (its link count and ctime): other
+	// clients' delegations of it go first.
+	if st := c.mayChange(file.key); st != nfs4.OK {
+		return c.status(st)
+	}
+	// The holder of the file's write delegation keeps it (leases_self.go).
+	self := c.s.v4.leases.expectLink(file.key)
 	done, st := c.mayChangeDir(dir, a.NewName, unix.IN_CREATE)
 	if st != nfs4.OK {
+		self(false)
 		return c.status(st)
 	}
 	r := c.s.link(&c.id, &nfs3.LinkArgs{File: file.fh, Link: nfs3.DirOpArgs{Dir: dir.fh, Name: a.NewName}})
+	self(r.Status == nfs3.OK)
 	done(r.Status == nfs3.OK)
 	if r.Status != nfs3.OK {
 		return c.status(status4(r.Status))

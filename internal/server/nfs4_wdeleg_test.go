@@ -280,3 +280,134 @@ func TestV4ReadDelegationAfterWriteDelegation(t *testing.T) {
 		t.Fatalf("OPEN for reading after the write delegation's return: %+v, want a read delegation", open.Delegation)
 	}
 }
+
+// A LINK adds a name to the file, changing its link count and ctime:
+// another client's LINK recalls a write delegation of it (NFS4ERR_DELAY
+// until it is returned).
+func TestV4LinkRecallsWriteDelegation(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true })
+	root := nfs4.FH(e.srv.RootHandle())
+	a, h := e.v4cb(true, false)
+	b := e.v4(0, 0)
+	link := func(name string) nfs4.Argop {
+		return nfs4.Argop{Op: nfs4.OpLink, Args: &nfs4.LinkArgs{NewName: []byte(name)}}
+	}
+
+	open, fh := writeDelegated(t, e, a, "f")
+	b.fails(nfs4.ErrDelay, 3, putFH(fh), saveFH(), putFH(root), link("f2"))
+	if sid := recallOf(t, h); sid != open.Delegation.Stateid {
+		t.Fatalf("LINK recalled %v, the delegation is %v", sid, open.Delegation.Stateid)
+	}
+	untilOK(t, b, putFH(fh), saveFH(), putFH(root), link("f2"))
+	h.settled()
+
+	if _, err := os.Stat(filepath.Join(e.root, "f2")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An NFSv3 LINK recalls a write delegation and waits; from a holder that
+// keeps it the LINK gets JUKEBOX, and the name is not made.
+func TestV3LinkRecallsWriteDelegation(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true })
+	k, hk := e.v4cb(false, false)
+	open, gfh := writeDelegated(t, e, k, "g")
+	c3 := e.root0()
+	var lr nfs3.LinkRes
+	c3.call(nfs3.ProcLink, &nfs3.LinkArgs{File: nfs3.FH(gfh), Link: nfs3.DirOpArgs{Dir: c3.rootFH(), Name: []byte("g2")}}, &lr)
+	if lr.Status != nfs3.ErrJukebox {
+		t.Fatalf("v3 LINK of a file delegated to a holder that does not return it: %v", lr.Status)
+	}
+	if sid := recallOf(t, hk); sid != open.Delegation.Stateid {
+		t.Fatalf("v3 LINK recalled %v", sid)
+	}
+	if _, err := os.Lstat(filepath.Join(e.root, "g2")); !os.IsNotExist(err) {
+		t.Fatalf("g2 after a LINK answered JUKEBOX: %v", err)
+	}
+}
+
+// An NFSv3 GETATTR of a write-delegated file asks the holder
+// (CB_GETATTR) and reports its size, recalling nothing; a holder that
+// cannot answer is recalled, and the GETATTR answered once it returned
+// the delegation.
+func TestV3GetattrAsksWriteDelegationHolder(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true })
+	a, h := e.v4cb(true, false)
+	_, fh := writeDelegated(t, e, a, "f")
+	c3 := e.root0()
+	h.setGetattr(func() nfs4.Fattr { return nfs4.Fattr{Size: 0, Change: 1} })
+	before := c3.mustGetattr(nfs3.FH(fh))
+	select {
+	case <-h.getattrs:
+	default:
+		t.Fatal("v3 GETATTR sent no CB_GETATTR")
+	}
+	h.setGetattr(func() nfs4.Fattr { return nfs4.Fattr{Size: 12345, Change: 7} })
+	got := c3.mustGetattr(nfs3.FH(fh))
+	if got.Size != 12345 {
+		t.Fatalf("the v3 client sees size %d, the holder has 12345", got.Size)
+	}
+	if got.Mtime == before.Mtime || got.Ctime == before.Ctime {
+		t.Fatalf("the holder's change shows no new mtime or ctime: %+v then %+v", before, got)
+	}
+	select {
+	case sid := <-h.recalls:
+		t.Fatalf("v3 GETATTR recalled %v", sid)
+	default:
+	}
+
+	h.setGetattr(nil) // CB_GETATTR answered NOTSUPP: recall
+	c3.mustGetattr(nfs3.FH(fh))
+	recallOf(t, h)
+	h.settled()
+}
+
+// The holder's own LINK of its write-delegated file keeps the delegation
+// (the file's watch sees the server's change as expected), while a local
+// chmod afterwards, or right behind the LINK, still recalls it.
+func TestV4HolderLinkKeepsWriteDelegation(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true })
+	root := nfs4.FH(e.srv.RootHandle())
+	a, h := e.v4cb(true, false)
+	open, fh := writeDelegated(t, e, a, "f")
+	if !e.srv.v4.state.Delegated(string(fh)) {
+		t.Fatal("the server's delegation is not under the file's handle")
+	}
+	a.must(putFH(fh), saveFH(), putFH(root), nfs4.Argop{Op: nfs4.OpLink, Args: &nfs4.LinkArgs{NewName: []byte("own")}})
+	select {
+	case sid := <-h.recalls:
+		t.Fatalf("the holder's own LINK recalled %v", sid)
+	case <-time.After(1500 * time.Millisecond): // the watch's events and its 1 s scan
+	}
+	if err := os.Chmod(filepath.Join(e.root, "own"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if sid := recallOf(t, h); sid != open.Delegation.Stateid {
+		t.Fatalf("the local chmod recalled %v", sid)
+	}
+	returned(t, e, h, fh)
+
+	// A local chmod right behind the holder's LINK, whose event inotify
+	// may merge with the LINK's, recalls too.
+	open, gfh := writeDelegated(t, e, a, "g")
+	a.must(putFH(gfh), saveFH(), putFH(root), nfs4.Argop{Op: nfs4.OpLink, Args: &nfs4.LinkArgs{NewName: []byte("own2")}})
+	if err := os.Chmod(filepath.Join(e.root, "g"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if sid := recallOf(t, h); sid != open.Delegation.Stateid {
+		t.Fatalf("the local chmod after the LINK recalled %v", sid)
+	}
+	returned(t, e, h, gfh)
+}
+
+// returned waits until the server has seen the holder return its
+// delegation of fh (nothing else waited for it), and the holder the reply.
+func returned(t *testing.T, e *env, h *cbClient, fh nfs4.FH) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); e.srv.v4.state.Delegated(string(fh)); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the recalled delegation was not returned")
+		}
+	}
+	h.settled()
+}

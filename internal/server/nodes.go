@@ -81,28 +81,29 @@ func (n *node) isReg() bool { return n.ftype == unix.S_IFREG }
 // and not yet synced: its descriptors must not close before a sync.
 func (n *node) unsynced() bool { return n.io != nil && n.io.unsynced() }
 
-// closeFds closes every descriptor of the node. Only for nodes that are gone
-// and unreferenced.
+// closeFds closes every descriptor of the node (once c.mu is let go:
+// closeLater). Only for nodes that are gone and unreferenced.
 func (n *node) closeFds(c *nodeCache) {
 	n.closeIO(c)
 	if n.fd >= 0 {
-		unix.Close(n.fd)
+		c.closeLater(n.fd)
 		n.fd = -1
 	}
 }
 
-// closeIO closes the node's I/O descriptors, keeping the O_PATH one. Only
+// closeIO closes the node's I/O descriptors (once c.mu is let go), keeping
+// the O_PATH one. Only
 // for unreferenced nodes (so nobody holds omu or dirMu).
 func (n *node) closeIO(c *nodeCache) {
 	for _, p := range []*int{&n.rdFd, &n.rwFd, &n.dirFd} {
 		if *p >= 0 {
-			unix.Close(*p)
+			c.closeLater(*p)
 			*p = -1
 			c.openCount.Add(-1)
 		}
 	}
 	for _, fd := range n.retired {
-		unix.Close(fd)
+		c.closeLater(fd)
 		c.openCount.Add(-1)
 	}
 	n.retired = nil
@@ -130,6 +131,27 @@ type nodeCache struct {
 	// flush, if set, syncs a node's unsynced data before the sweep closes
 	// its descriptors (Server.flushIdle). It runs without mu held.
 	flush func(*node)
+
+	// closing are descriptors of nodes let go under mu, closed by unlock
+	// after mu is released: the last close of a removed file frees its
+	// inode and blocks in the kernel (tens of µs), and every call's
+	// handle lookup waits for mu.
+	closing []int
+}
+
+// closeLater queues fd, no longer reachable from any node, for unlock to
+// close. Called with mu held.
+func (c *nodeCache) closeLater(fd int) { c.closing = append(c.closing, fd) }
+
+// unlock releases mu, then closes the descriptors queued under it before
+// returning: callers still see them closed when their call returns.
+func (c *nodeCache) unlock() {
+	fds := c.closing
+	c.closing = nil
+	c.mu.Unlock()
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }
 
 func newNodeCache(now func() time.Time) *nodeCache {
@@ -160,7 +182,7 @@ func (c *nodeCache) pushFront(n *node) {
 // acquire returns the cached node of fh with a reference, or nil.
 func (c *nodeCache) acquire(fh []byte) *node {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	n := c.byKey[string(fh)]
 	if n == nil {
 		return nil
@@ -177,7 +199,7 @@ func (c *nodeCache) acquire(fh []byte) *node {
 // closed and the cached node is returned instead.
 func (c *nodeCache) insert(n *node) *node {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if old := c.byKey[n.key]; old != nil {
 		unix.Close(n.fd)
 		n.fd = -1
@@ -232,13 +254,13 @@ func (c *nodeCache) removeLocked(n *node) {
 func (c *nodeCache) ref(n *node) {
 	c.mu.Lock()
 	n.refs++
-	c.mu.Unlock()
+	c.unlock()
 }
 
 // release drops a reference taken by acquire, insert or ref.
 func (c *nodeCache) release(n *node) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	n.refs--
 	if n.refs == 0 && n.gone {
 		n.closeFds(c)
@@ -248,7 +270,7 @@ func (c *nodeCache) release(n *node) {
 // forget removes n from the cache (its inode is gone).
 func (c *nodeCache) forget(n *node) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if !n.pinned {
 		c.removeLocked(n)
 	}
@@ -259,7 +281,7 @@ func (c *nodeCache) forget(n *node) {
 // allocated. Called after REMOVE, RMDIR and a RENAME that replaced a target.
 func (c *nodeCache) forgetIfUnlinked(ino uint64) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	n := c.byIno[ino]
 	if n == nil || n.pinned {
 		return
@@ -293,7 +315,7 @@ func (c *nodeCache) sweep() {
 		}
 		n = prev
 	}
-	c.mu.Unlock()
+	c.unlock()
 	if len(flush) == 0 {
 		return
 	}
@@ -301,7 +323,7 @@ func (c *nodeCache) sweep() {
 		c.flush(n)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	now = c.now().UnixNano()
 	over = c.openCount.Load() - c.maxOpen
 	for _, n := range flush {
@@ -344,7 +366,7 @@ func (c *nodeCache) sweepOne(n *node, now int64, overOpen bool) int64 {
 // operation is running.
 func (c *nodeCache) closeAll() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	for n := c.head.next; n != &c.head; {
 		next := n.next
 		n.pinned = false
@@ -357,6 +379,6 @@ func (c *nodeCache) closeAll() {
 // len reports the number of cached nodes.
 func (c *nodeCache) len() int {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	return len(c.byKey)
 }

@@ -234,6 +234,11 @@ func (s *Server) create(id *identity, a *nfs3.CreateArgs) nfs3.CreateRes {
 		if err != nil {
 			return err
 		}
+		// The entry is made: the directory's attributes after the change
+		// are current now, and its lock is released before the new
+		// file's own system calls (stat, mode, handle), which the other
+		// changes of a busy directory would otherwise wait for.
+		s.dirChanged(op)
 		// Kept open until the reply: the sync that makes the file
 		// durable needs a descriptor that is not O_PATH.
 		obj.rw, obj.created = fd, true
