@@ -73,6 +73,8 @@ type Server struct {
 	cq *closeQueue
 	// cb are the core's answers to callbacks (deleg.go).
 	cb atomic.Pointer[cbHolder]
+	// rc reclaims after a server restart (reclaim.go).
+	rc atomic.Pointer[reclaimerHolder]
 
 	creds rpc.SysCreds // encoded AUTH_SYS per identity
 }
@@ -128,7 +130,8 @@ func Mount(ctx context.Context, cfg Config, self *proto.Cred) (*Server, proto.Ex
 		Logf:      cfg.Logf,
 		Callback:  s.callback,
 		OnStatus:  s.onStatus,
-		// A new client ID: the server forgot or expired our delegations.
+		// A new client ID: the server forgot or expired our state; the
+		// core reclaims it (reclaim.go).
 		OnRecover: s.onRecover,
 	})
 	if err != nil {
@@ -190,6 +193,10 @@ var errShort = errors.New("nfsv41: COMPOUND reply does not match the request")
 // the file is being recalled, RFC 8881 §10.4.5) sends the COMPOUND again
 // after a pause, 50 ms doubling to 1 s, until ctx ends; the operation that
 // said it did nothing, and those before it only find and look.
+//
+// NFS4ERR_GRACE (a restarted server takes only reclaims for now, RFC 8881
+// §8.4.2.1) is waited out the same way, from 250 ms doubling to 2 s, for
+// at most graceBound: the grace period lasts about a lease.
 func (s *Server) compound(ctx context.Context, c *proto.Cred, name string, ops []nfs4.Argop) (*reply, error) {
 	return s.compoundLead(ctx, c, name, nil, ops)
 }
@@ -200,14 +207,24 @@ func (s *Server) compound(ctx context.Context, c *proto.Cred, name string, ops [
 // logged, its lease ends it), and ops go again alone.
 func (s *Server) compoundLead(ctx context.Context, c *proto.Cred, name string, lead []*pendingClose, ops []nfs4.Argop) (*reply, error) {
 	pause := 50 * time.Millisecond
+	var graceUntil time.Time
 	for {
 		r, err := s.compoundOnce(ctx, c, name, lead, ops)
 		lead = nil
 		if errors.Is(err, errLeadFailed) {
 			continue
 		}
-		if err != nil || r.res.Status != nfs4.ErrDelay {
+		if err != nil || (r.res.Status != nfs4.ErrDelay && r.res.Status != nfs4.ErrGrace) {
 			return r, err
+		}
+		if r.res.Status == nfs4.ErrGrace {
+			now := s.now()
+			if graceUntil.IsZero() {
+				graceUntil = now.Add(graceBound(s.sess.Info().Lease))
+				pause = max(pause, 250*time.Millisecond)
+			} else if now.After(graceUntil) {
+				return r, nil
+			}
 		}
 		t := time.NewTimer(pause)
 		select {
@@ -216,9 +233,19 @@ func (s *Server) compoundLead(ctx context.Context, c *proto.Cred, name string, l
 			return r, nil
 		case <-t.C:
 		}
-		pause = min(2*pause, time.Second)
+		limit := time.Second
+		if !graceUntil.IsZero() {
+			limit = 2 * time.Second
+		}
+		pause = min(2*pause, limit)
 	}
 }
+
+// graceBound is how long NFS4ERR_GRACE is waited out: servers extend their
+// grace period while clients still reclaim (hushfs serve up to two
+// leases; ganesha's Grace_Period is 90 s by default), so three leases and
+// never less than 90 s.
+func graceBound(lease time.Duration) time.Duration { return max(3*lease, 90*time.Second) }
 
 // errLeadFailed: a CLOSE sent before a COMPOUND's operations failed, and
 // they did not run.
