@@ -294,6 +294,7 @@ func (fs *FS) startPass(ctx context.Context, c *Cred, d *openDir, plus bool) err
 		r := dir.bulk.refresh
 		dir.mu.Unlock()
 		if r != nil {
+			r.want()
 			select {
 			case <-r.done:
 			case <-ctx.Done():
