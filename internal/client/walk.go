@@ -22,8 +22,7 @@ import (
 // Bounded: at most aheadCalls passes in flight, at most aheadWindow
 // directories read ahead beyond those the walk has visited (so a walk that
 // stops wastes no more), aheadQueue directories waiting, and only
-// directories whose pass is one call and whose entries the kernel holds
-// (nothing to bring up to date otherwise). A walk with no visit for
+// directories whose pass is one call. A walk with no visit for
 // walkIdle is over. A lone listing starts nothing: a walk begins only when
 // two subdirectories of a directory, or a subdirectory of a subdirectory,
 // are enumerated shortly after it.
@@ -167,6 +166,33 @@ func (fs *FS) refreshed(dir *inode, ahead bool, err error) {
 	fs.pump()
 }
 
+// walkOn is told that the kernel listed dir to its end, from the server
+// (fromServer) or from a listing kept. If the walk read dir ahead, or is
+// at it and listed it from the server (a directory never listed before:
+// grep -r, find on a fresh mount), its subdirectories are where the walk
+// goes next: they now have nodes (the listing gave the kernel its
+// entries), so they can be read ahead in turn. No refresh of dir leads the
+// walk on there: a read-ahead pass ended before the kernel held the
+// subdirectories, and a listing for the kernel is no refresh.
+func (fs *FS) walkOn(dir *inode, fromServer bool) {
+	w := &fs.walk
+	now := fs.now()
+	w.mu.Lock()
+	session := w.session
+	active := session != 0 && now.Sub(w.last) < walkIdle
+	w.mu.Unlock()
+	if !active {
+		return
+	}
+	dir.mu.Lock()
+	on := dir.bulk != nil && (dir.bulk.aheadIn == session || fromServer && dir.bulk.walkSeen == session)
+	dir.mu.Unlock()
+	if on {
+		fs.enqueue(fs.subdirs(dir), true)
+		fs.pump()
+	}
+}
+
 // subdirs returns dir's subdirectories that the kernel holds, in listing
 // order (the server's, which du and find follow), or by name when no
 // complete listing is kept.
@@ -287,8 +313,9 @@ func (fs *FS) pump() {
 // listing the walk would read itself (none kept, or the directory's
 // attributes expired), or entries' attributes that expired. Not for a
 // directory under way, nor one whose pass takes more than one call
-// (memory: the walk's own demand refreshes those), nor one whose entries
-// the kernel does not hold.
+// (memory: the walk's own demand refreshes those). A directory never
+// listed is read too: the walk lists it next (grep -r, find on a fresh
+// mount), and its listing then gives the kernel its entries with no call.
 func (fs *FS) startAhead(dir *inode, c *Cred, session uint64) bool {
 	now := fs.now()
 	dir.mu.Lock()
@@ -296,7 +323,7 @@ func (fs *FS) startAhead(dir *inode, c *Cred, session uint64) bool {
 	_, _, fresh := dir.cachedAttrLocked(now)
 	want := dir.attrValid && dir.attr.Type == proto.TypeDir && b.refresh == nil &&
 		now.Sub(b.failAt) >= bulkDemandWindow && now.Sub(b.freshAt) >= fs.opts.AcRegMin &&
-		dir.knowsEntriesLocked() && fs.passCallsLocked(dir) <= 1
+		fs.passCallsLocked(dir) <= 1
 	stale := !fresh || dir.list == nil || !dir.namesValidLocked()
 	var ids []NodeID
 	if want && !stale {
