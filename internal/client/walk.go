@@ -34,6 +34,11 @@ const (
 	aheadWindow = 32              // directories read ahead beyond the walk's visits
 	aheadCalls  = 8               // read-ahead passes in flight at once
 	aheadQueue  = 4096            // directories waiting to be read ahead
+	// walkListsFresh: a walk reads ahead directories never listed once it
+	// has listed this many itself. Two listings may show a walk (a build
+	// listing its directory and one below it) that goes no further; reading
+	// their never-listed siblings then is only waste.
+	walkListsFresh = 3
 )
 
 // walker is the mount's walk state: one walk at a time (walks in several
@@ -45,9 +50,11 @@ type walker struct {
 	start    time.Time // when the directory it began at was enumerated
 	last     time.Time // its last visit
 	visits   int       // directories it visited
+	lists    int       // directories it listed (enumerated)
 	issued   int       // directories read ahead for it
 	inflight int       // read-ahead passes under way (any walk)
 	queue    []NodeID  // directories to read ahead, the next first
+	unlisted []NodeID  // never-listed ones held until the walk has listed walkListsFresh
 	queued   map[NodeID]bool
 	cred     Cred // the identity read-ahead is sent with: the walker's
 }
@@ -108,8 +115,8 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 	if !in && evidence {
 		if !active {
 			w.session++
-			w.start, w.visits, w.issued = penum, 0, 0
-			w.queue = w.queue[:0]
+			w.start, w.visits, w.issued, w.lists = penum, 0, 0, 0
+			w.queue, w.unlisted = w.queue[:0], w.unlisted[:0]
 			clear(w.queued)
 		}
 		in, began = true, true
@@ -119,6 +126,14 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 		w.last = now
 		if seen != session {
 			w.visits++
+		}
+		if enum {
+			if w.lists++; w.lists == walkListsFresh {
+				// A walk through directories never listed (grep -r, find
+				// on a fresh mount): read those ahead too, the held first.
+				w.queue = append(w.unlisted, w.queue...)
+				w.unlisted = nil
+			}
 		}
 		w.cred = Cred{UID: c.UID, GID: c.GID, Groups: append(w.cred.Groups[:0:0], c.Groups...)}
 	}
@@ -299,12 +314,24 @@ func (fs *FS) pump() {
 		w.inflight++
 		w.issued++
 		w.mu.Unlock()
-		if dir := fs.nodes.get(id); dir != nil && fs.startAhead(dir, &cred, session) {
+		started, hold := false, false
+		if dir := fs.nodes.get(id); dir != nil {
+			started, hold = fs.startAhead(dir, &cred, session)
+		}
+		if started {
 			continue
 		}
 		w.mu.Lock()
 		w.inflight--
 		w.issued--
+		if hold && w.session == session && len(w.unlisted) < aheadQueue {
+			if w.lists >= walkListsFresh {
+				w.queue = append(w.queue, id) // became due meanwhile
+				w.queued[id] = true
+			} else {
+				w.unlisted = append(w.unlisted, id)
+			}
+		}
 		w.mu.Unlock()
 	}
 }
@@ -316,7 +343,10 @@ func (fs *FS) pump() {
 // (memory: the walk's own demand refreshes those). A directory never
 // listed is read too: the walk lists it next (grep -r, find on a fresh
 // mount), and its listing then gives the kernel its entries with no call.
-func (fs *FS) startAhead(dir *inode, c *Cred, session uint64) bool {
+//
+// hold reports a directory never listed that waits for the walk to show
+// it goes through such directories (walkListsFresh).
+func (fs *FS) startAhead(dir *inode, c *Cred, session uint64) (started, hold bool) {
 	now := fs.now()
 	dir.mu.Lock()
 	b := dir.bulkLocked()
@@ -325,6 +355,11 @@ func (fs *FS) startAhead(dir *inode, c *Cred, session uint64) bool {
 		now.Sub(b.failAt) >= bulkDemandWindow && now.Sub(b.freshAt) >= fs.opts.AcRegMin &&
 		fs.passCallsLocked(dir) <= 1
 	stale := !fresh || dir.list == nil || !dir.namesValidLocked()
+	if want && !dir.knowsEntriesLocked() {
+		fs.walk.mu.Lock()
+		hold = fs.walk.lists < walkListsFresh
+		fs.walk.mu.Unlock()
+	}
 	var ids []NodeID
 	if want && !stale {
 		for _, e := range dir.names {
@@ -345,9 +380,9 @@ func (fs *FS) startAhead(dir *inode, c *Cred, session uint64) bool {
 			stale = !ok
 		}
 	}
-	if !want || !stale {
-		return false
+	if !want || !stale || hold {
+		return false, hold
 	}
-	_, started := fs.startRefresh(context.WithValue(fs.life, OriginKey{}, "readahead"), c, dir, session)
-	return started
+	_, started = fs.startRefresh(context.WithValue(fs.life, OriginKey{}, "readahead"), c, dir, session)
+	return started, false
 }
