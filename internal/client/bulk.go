@@ -64,6 +64,7 @@ type dirBulk struct {
 	visitWalk bool      // and whether it was in a walk
 	walkSeen  uint64    // the walk it was visited in
 	aheadIn   uint64    // the walk it was read ahead for
+	listedIn  uint64    // the walk it was enumerated in
 	chain     int       // enumerated directories down to this one, each soon after its parent
 	kids      int       // subdirectories enumerated since this one was
 	lastKid   NodeID    // the last of them

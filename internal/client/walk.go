@@ -50,7 +50,7 @@ type walker struct {
 	start    time.Time // when the directory it began at was enumerated
 	last     time.Time // its last visit
 	visits   int       // directories it visited
-	lists    int       // directories it listed (enumerated)
+	lists    int       // distinct directories it listed (enumerated)
 	issued   int       // directories read ahead for it
 	inflight int       // read-ahead passes under way (any walk)
 	queue    []NodeID  // directories to read ahead, the next first
@@ -76,7 +76,7 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 		return walking
 	}
 	b.visitAt = now
-	pid, seen, ahead := dir.parent, b.walkSeen, b.aheadIn
+	pid, seen, ahead, listed := dir.parent, b.walkSeen, b.aheadIn, b.listedIn
 	dir.mu.Unlock()
 	// A walk shows as enumerations going down the tree: a third level
 	// (parent, child, grandchild), or a second child of one directory,
@@ -127,7 +127,9 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 		if seen != session {
 			w.visits++
 		}
-		if enum {
+		if enum && listed != session {
+			// Directories, not listings: a build listing one directory
+			// over and over goes nowhere.
 			if w.lists++; w.lists == walkListsFresh {
 				// A walk through directories never listed (grep -r, find
 				// on a fresh mount): read those ahead too, the held first.
@@ -143,6 +145,9 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 	b.visitWalk = in
 	if in {
 		b.walkSeen = session
+		if enum {
+			b.listedIn = session
+		}
 	}
 	dir.mu.Unlock()
 	if began {
