@@ -390,6 +390,10 @@ func (r *replyDecoder) Decode(d *xdr.Decoder) {
 
 // idempotent reports whether running ops twice has the effect of running
 // them once, so that their reply need not be cached for a retry.
+// Idempotent reports whether a COMPOUND of ops may run twice to the same
+// effect: its reply is then not cached for a retry.
+func Idempotent(ops []nfs4.Argop) bool { return idempotent(ops) }
+
 func idempotent(ops []nfs4.Argop) bool {
 	for i := range ops {
 		switch ops[i].Op {

@@ -266,7 +266,13 @@ func (s *Server) readDir(ctx context.Context, c *proto.Cred, proc string, a prot
 	if parent {
 		ops = append(ops, nfs4.Argop{Op: nfs4.OpLookupP}, getattr(fileidAttr))
 	}
-	r, err := s.compound(ctx, c, proc, ops)
+	var r *reply
+	var err error
+	if wanted, ahead := proto.AheadOf(ctx); ahead && s.rq != nil {
+		r, err = s.compoundAhead(ctx, c, proc, ops, args, wanted)
+	} else {
+		r, err = s.compound(ctx, c, proc, ops)
+	}
 	if err != nil {
 		return proto.ReadDirRes{}, err
 	}

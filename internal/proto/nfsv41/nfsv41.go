@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,8 @@ type Server struct {
 	locks lockTable
 	// cq are the CLOSEs waiting for a COMPOUND to carry them (closeq.go).
 	cq *closeQueue
+	// rq are the read-ahead READDIRs waiting for one (riderq.go).
+	rq *riderQueue
 	// cb are the core's answers to callbacks (deleg.go).
 	cb atomic.Pointer[cbHolder]
 	// rc reclaims after a server restart (reclaim.go).
@@ -118,6 +121,7 @@ func Mount(ctx context.Context, cfg Config, self *proto.Cred) (*Server, proto.Ex
 		defer cancel()
 		s.flushCloses(ctx)
 	})
+	s.rq = newRiderQueue(cfg.AfterFunc)
 	sess, err := session.New(ctx, session.Options{
 		RPC: rpc.ClientOptions{
 			Dial:    func(ctx context.Context) (net.Conn, error) { return cfg.Dial(ctx, addr) },
@@ -153,6 +157,7 @@ func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s.cq.shut()
+	s.rq.shut()
 	s.flushCloses(ctx)
 	return s.sess.Close(ctx)
 }
@@ -272,6 +277,15 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 			all = append(all, closeOps(p)...)
 		}
 	}
+	// Read-ahead listings ride last (riderq.go).
+	riders := s.takeRiders(c, all, len(lead)+len(trail) > 0 || !session.Idempotent(ops))
+	riderAt := len(all)
+	if len(riders) > 0 {
+		all = slices.Clip(all)
+		for _, rd := range riders {
+			all = append(all, rd.ops...)
+		}
+	}
 	r := &reply{ops: all}
 	start := s.now()
 	err := s.sess.Compound(ctx, s.auth(c), all, &r.res)
@@ -301,7 +315,19 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 		// CLOSE of a new open of the file would close that); the server
 		// drops an open left at the lease's end.
 		s.closesDone(append(lead, trail...), nil, 0)
+		s.ridersDone(riders, nil, 0)
 		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	// The riders' answers are theirs; they alias the reply, which the
+	// trimming below does not touch.
+	s.ridersDone(riders, r, riderAt)
+	if len(riders) > 0 {
+		if len(r.res.Ops) > riderAt {
+			// The riders ran (well or not): all before them succeeded.
+			r.res.Status = nfs4.OK
+		}
+		r.res.Ops = r.res.Ops[:min(riderAt, len(r.res.Ops))]
+		r.ops = r.ops[:riderAt]
 	}
 	if len(lead) > 0 {
 		k := 2 * len(lead)
