@@ -43,8 +43,9 @@ var nfs4Limits = v4state.Limits{
 type v4 struct {
 	state       *v4state.State
 	observeOp   func(op uint32, d time.Duration)
-	delegations bool        // grant read delegations
-	leases      *leaseWatch // with delegations: local changes to delegated files (leases.go)
+	delegations bool          // grant read delegations
+	recallWait  time.Duration // see Config.RecallWait (nfs4_deleg.go)
+	leases      *leaseWatch   // with delegations: local changes to delegated files (leases.go)
 	// Callbacks run on goroutines of their own, under cbCtx; Close
 	// cancels it and waits for them.
 	cbCtx    context.Context
@@ -454,6 +455,7 @@ func (s *Server) newV4(cfg *Config) (*v4, error) {
 		state:       st,
 		observeOp:   cfg.ObserveOp,
 		delegations: cfg.Delegations,
+		recallWait:  cfg.RecallWait,
 		domain:      domain,
 		pseudo:      pseudoPath(s.rootArg),
 		started:     nfs4.Time{Seconds: now.Unix(), Nseconds: uint32(now.Nanosecond())},
