@@ -19,11 +19,14 @@ import (
 // PORTMAP: prefixed), and over NFSv4.1 the operations inside the
 // COMPOUNDs.
 type statsJSON struct {
-	Ops map[string]struct {
-		Ops           uint64 `json:"ops"`
-		Transmissions uint64 `json:"transmissions"`
-	} `json:"ops"`
-	Operations map[string]uint64 `json:"operations"`
+	Ops        map[string]opCount `json:"ops"`
+	Operations map[string]uint64  `json:"operations"`
+}
+
+// opCount is one call name's count in `hushfs stats --json`.
+type opCount struct {
+	Ops           uint64 `json:"ops"`
+	Transmissions uint64 `json:"transmissions"`
 }
 
 // proxyJSON is the part of `hushfs proxy counts --json` the suite reads.
@@ -36,16 +39,41 @@ type proxyJSON struct {
 	UnparsedCalls  uint64            `json:"unparsed_calls"`
 }
 
+// readStats sums the counters of m and the run's other live mounts: the
+// proxy counts them all.
 func (r *wrun) readStats(m *harness.Mount) (*statsJSON, error) {
-	out, err := harness.RunHushfs(r.s.cfg.bin, 15*time.Second, "stats", m.Dir, "--json")
-	if err != nil {
-		return nil, fmt.Errorf("hushfs stats: %w: %s", err, strings.TrimSpace(out))
+	var sum statsJSON
+	for _, x := range r.mounts(m) {
+		out, err := harness.RunHushfs(r.s.cfg.bin, 15*time.Second, "stats", x.Dir, "--json")
+		if err != nil {
+			return nil, fmt.Errorf("hushfs stats: %w: %s", err, strings.TrimSpace(out))
+		}
+		var snap statsJSON
+		if err := json.Unmarshal([]byte(out), &snap); err != nil {
+			return nil, fmt.Errorf("hushfs stats --json: %w: %q", err, tailString(out, 200))
+		}
+		sum.add(&snap)
 	}
-	var snap statsJSON
-	if err := json.Unmarshal([]byte(out), &snap); err != nil {
-		return nil, fmt.Errorf("hushfs stats --json: %w: %q", err, tailString(out, 200))
+	return &sum, nil
+}
+
+// add counts o's calls and operations into s.
+func (s *statsJSON) add(o *statsJSON) {
+	for name, c := range o.Ops {
+		if s.Ops == nil {
+			s.Ops = map[string]opCount{}
+		}
+		t := s.Ops[name]
+		t.Ops += c.Ops
+		t.Transmissions += c.Transmissions
+		s.Ops[name] = t
 	}
-	return &snap, nil
+	for op, n := range o.Operations {
+		if s.Operations == nil {
+			s.Operations = map[string]uint64{}
+		}
+		s.Operations[op] += n
+	}
 }
 
 func (r *wrun) readProxy() (*proxyJSON, error) {

@@ -507,6 +507,7 @@ func markdown(r *Report) string {
 		b.WriteString("warm (local disk has no attributes to expire), the median of its runs. ")
 		fmt.Fprintf(&b, "*Expired*: the mount sat idle %s first, past the longest attribute lifetime its options allow, so every cached attribute had expired. ", dur(r.Sizes.ExpireWaitS))
 		b.WriteString("git status runs on the mount that cloned; grep -r on a fresh mount, then du -s and rm -rf on that one. ")
+		b.WriteString("A phase counts the calls of every mount still mounted (the cloning one until git status is done): over NFSv4.1 the returns of the delegations a phase recalls from the other mount are its cost. ")
 		b.WriteString("Calls per procedure from `hushfs stats` (the proxy agreed unless marked). A mount's wall time is one run: noisy on a shared machine.\n\n")
 		b.WriteString(everydayTable(r))
 	}

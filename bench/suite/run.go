@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,6 +42,10 @@ type wrun struct {
 	ctl        string // the proxy's control socket
 	proxyPort  string
 	nmounts    int
+	// live are the run's mounts not yet unmounted: a phase counts the
+	// calls of all of them, as the proxy does (over NFSv4.1 another
+	// mount's returns of the delegations a phase recalls are its cost).
+	live []*harness.Mount
 
 	// stopped is set once a phase timed out: later phases that depend on
 	// it are reported as not run.
@@ -232,17 +237,20 @@ func (r *wrun) mount() *harness.Mount {
 		// the proxy too.
 		opts = fmt.Sprintf("vers=4.1,port=%s,%s", r.proxyPort, r.s.cfg.mountOpts)
 	}
-	return harness.StartMount(r.t, harness.MountSpec{
+	m := harness.StartMount(r.t, harness.MountSpec{
 		Bin: r.s.cfg.bin, Server: "127.0.0.1", Export: r.exportPath, Dir: dir,
 		Options: strings.TrimSuffix(opts, ","),
 		NS:      r.ns,
 	})
+	r.live = append(r.live, m)
+	return m
 }
 
 // unmount detaches the mount (`hushfs umount -l`) and makes sure its daemon
 // is gone, killing it by pid if it does not exit by itself; kill skips the
 // wait (the mount is being abandoned after a timeout).
 func (r *wrun) unmount(m *harness.Mount, kill bool) {
+	r.live = slices.DeleteFunc(r.live, func(x *harness.Mount) bool { return x == m })
 	if ok, _ := harness.Mounted(m.Dir); ok {
 		if out, err := harness.RunHushfs(r.s.cfg.bin, 20*time.Second, "umount", m.Dir, "-l"); err != nil {
 			r.s.logf("  %s: hushfs umount -l %s: %v\n%s", r.tag, m.Dir, err, out)
@@ -565,15 +573,29 @@ func tailString(s string, n int) string {
 	return "…" + s[len(s)-n:]
 }
 
-// resetCounts zeroes the client's and the proxy's counters.
+// resetCounts zeroes the clients' (m's and every other live mount's) and
+// the proxy's counters.
 func (r *wrun) resetCounts(m *harness.Mount) error {
-	if out, err := harness.RunHushfs(r.s.cfg.bin, 30*time.Second, "stats", m.Dir, "--json", "--reset"); err != nil {
-		return fmt.Errorf("hushfs stats --reset: %w: %s", err, strings.TrimSpace(out))
+	for _, x := range r.mounts(m) {
+		if out, err := harness.RunHushfs(r.s.cfg.bin, 30*time.Second, "stats", x.Dir, "--json", "--reset"); err != nil {
+			return fmt.Errorf("hushfs stats --reset: %w: %s", err, strings.TrimSpace(out))
+		}
 	}
 	if out, err := harness.RunHushfs(r.s.cfg.bin, 30*time.Second, "proxy", "counts", "--control", r.ctl, "--reset", "--json"); err != nil {
 		return fmt.Errorf("hushfs proxy counts --reset: %w: %s", err, strings.TrimSpace(out))
 	}
 	return nil
+}
+
+// mounts is m and the run's other live mounts.
+func (r *wrun) mounts(m *harness.Mount) []*harness.Mount {
+	out := []*harness.Mount{m}
+	for _, x := range r.live {
+		if x != m {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // startChurn creates dir/.churn-N and removes dir/.churn-(N-1) every 10 ms,
