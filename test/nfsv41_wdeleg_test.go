@@ -419,3 +419,38 @@ func TestNFSv41WriteDelegationTimes(t *testing.T) {
 		}
 	}
 }
+
+// TestNFSv41DelegationWatermark: past delegmax file delegations, the
+// least recently used with nothing open go back (a tenth of the maximum
+// more, at once), and the files read last keep theirs: re-reading them
+// costs no call.
+func TestNFSv41DelegationWatermark(t *testing.T) {
+	requireMountTools(t)
+	bin := harness.BuildHushfs(t)
+	export := t.TempDir()
+	s := harness.StartServe(t, export)
+	const files, max = 40, 20
+	for i := range files {
+		must(t, "write", os.WriteFile(filepath.Join(export, fmt.Sprintf("f%02d", i)), pattern(1000, byte(i)), 0o644))
+	}
+	a, dir := serveV41Opts(t, bin, s, fmt.Sprintf("delegmax=%d", max))
+	prev := a.Stats(t)
+	for i := range files {
+		readBack(t, "read", filepath.Join(dir, fmt.Sprintf("f%02d", i)), pattern(1000, byte(i)))
+	}
+	// 40 granted, at most 20 kept: each grant past 20 returns the oldest
+	// down to 18 (21 returns in all).
+	d := waitCalls(t, a, prev, "DELEGRETURN", files-max+max/10-2)
+	t.Logf("read %d files with delegmax=%d: calls {%s}", files, max, opsLine(d.Ops))
+	if n := d.Ops["DELEGRETURN"].Ops; n < files-max || n > files-max/2 {
+		t.Errorf("%d DELEGRETURNs for %d delegations granted with delegmax=%d", n, files, max)
+	}
+	// The last files read are still delegated: no call to read them again.
+	prev = a.Stats(t)
+	for i := files - 5; i < files; i++ {
+		readBack(t, "read again", filepath.Join(dir, fmt.Sprintf("f%02d", i)), pattern(1000, byte(i)))
+	}
+	if d := delta(prev, a.Stats(t)); d.Total() != 0 {
+		t.Errorf("re-reading the newest delegated files: calls {%s}, want none", opsLine(d.Ops))
+	}
+}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,6 +39,12 @@ import (
 // DefaultDelegIdle is how long a delegation no open has used is kept
 // (Options.DelegIdle).
 const DefaultDelegIdle = 60 * time.Second
+
+// DefaultDelegMax is how many file delegations a mount keeps (Linux's
+// delegation watermark is 5,000 too): each is a record on the server and
+// in the kernel's lease table there, and one kept for a file read once
+// long ago only makes another client's open of it wait for a recall.
+const DefaultDelegMax = 5000
 
 // heldDeleg is a delegation the mount holds.
 type heldDeleg struct {
@@ -111,7 +118,46 @@ func (fs *FS) keepDeleg(n *inode, c *Cred, d proto.Delegation) {
 		fs.dl.wg.Add(1)
 		go fs.sweepDelegs()
 	}
+	over := fs.overWatermarkLocked()
 	fs.dl.mu.Unlock()
+	for _, o := range over {
+		fs.returnDelegAsync(o)
+	}
+}
+
+// overWatermarkLocked marks for return, past Options.DelegMax held, the
+// least recently used delegations whose file has nothing open here: a
+// tenth of the maximum at once, so that a tool going through many files
+// sorts the table once per tenth, not once per file. Fewer if more are
+// in use.
+//
+// LOCKS_REQUIRED(fs.dl.mu)
+func (fs *FS) overWatermarkLocked() []*heldDeleg {
+	max := fs.opts.DelegMax
+	if max <= 0 {
+		max = DefaultDelegMax
+	}
+	kept := 0
+	for _, h := range fs.dl.held {
+		if !h.returning {
+			kept++
+		}
+	}
+	if kept <= max {
+		return nil
+	}
+	var idle []*heldDeleg
+	for _, h := range fs.dl.held {
+		if !h.returning && (h.n == nil || fs.nodes.openCount(h.n) == 0) {
+			idle = append(idle, h)
+		}
+	}
+	slices.SortFunc(idle, func(a, b *heldDeleg) int { return a.used.Compare(b.used) })
+	n := min(len(idle), kept-max+max/10)
+	for _, h := range idle[:n] {
+		h.returning = true
+	}
+	return idle[:n]
 }
 
 // openDelegated counts an open() of n by c with share access under the

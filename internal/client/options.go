@@ -58,6 +58,10 @@ type Options struct {
 	// DelegIdle: a delegation no open used for this long, with nothing
 	// open here, goes back (NFSv4.1; delegidle=SECONDS; 0: DefaultDelegIdle).
 	DelegIdle time.Duration
+	// DelegMax: the most file delegations kept; past it the least
+	// recently used with nothing open go back (NFSv4.1; delegmax=N; 0:
+	// DefaultDelegMax).
+	DelegMax int
 
 	// FUSE and generic mount(8) options that are passed to the kernel mount.
 	AllowOther bool
@@ -246,6 +250,12 @@ func (o *Options) apply(opt string) error {
 		return seconds(&o.NegTimeo)
 	case "delegidle":
 		return seconds(&o.DelegIdle)
+	case "delegmax":
+		n, err := uintVal(1 << 24)
+		if err != nil {
+			return err
+		}
+		o.DelegMax = int(n)
 	case "lookupcache":
 		switch val {
 		case "all":
