@@ -29,11 +29,14 @@ type fileModel struct {
 	// localRenameWindow after it (see checkRead), and the longest lag.
 	lateReads int
 	maxLag    time.Duration
-	latest    int       // the newest version whose close returned
-	doneAt    time.Time // when it returned
-	writing   int       // writes started and not finished
-	started   int       // writes started, ever
-	name      string
+	// Opens and chmods failed with ESTALE or ENOENT while the file was being renamed
+	// over, or right after (see renamedLocked).
+	renameErrs int
+	latest     int       // the newest version whose close returned
+	doneAt     time.Time // when it returned
+	writing    int       // writes started and not finished
+	started    int       // writes started, ever
+	name       string
 }
 
 // recallModel is the 100 files'.
@@ -174,4 +177,29 @@ func (f *fileModel) localRenamesLocked(v int, rs readStart) bool {
 	f.lateReads++
 	f.maxLag = max(f.maxLag, rs.at.Sub(f.at[v+1]))
 	return true
+}
+
+// renameRace reports whether an open (or chmod) that began at rs and
+// failed (ESTALE, ENOENT) raced a rename over the file: one under way, or
+// one that returned at most localRenameWindow before the open. A client
+// renaming over a file it has open hides that file under another name
+// first (silly rename), so the name is briefly absent; and a name cached
+// before a rename leads to a file without a name, STALE, after which the
+// kernel looks the name up once more and may meet the next rename. It
+// counts the read if so.
+func (f *fileModel) renameRace(rs readStart) bool {
+	f.stateMu.Lock()
+	defer f.stateMu.Unlock()
+	race := rs.writing || f.started != rs.started
+	for w := f.latest; !race && w > 0; w-- {
+		at, ok := f.at[w]
+		if !ok || rs.at.Sub(at) > localRenameWindow {
+			break
+		}
+		race = strings.HasSuffix(f.by[w], " rename")
+	}
+	if race {
+		f.renameErrs++
+	}
+	return race
 }
