@@ -452,7 +452,7 @@ func (r *recallRun) summary(ms []*harness.Mount, t *harness.Program) {
 	for sc.Scan() {
 		l := sc.Text()
 		up := strings.ToUpper(l)
-		if !strings.HasPrefix(l, "#") && !strings.Contains(l, "_bucket") &&
+		if !strings.HasPrefix(l, "#") && !strings.Contains(l, "_duration_seconds") &&
 			(strings.Contains(up, "DELEG") || strings.Contains(up, "RECALL") || strings.Contains(up, "CB_")) {
 			lines = append(lines, l)
 		}
