@@ -15,16 +15,10 @@ import (
 // open with O_APPEND then appends at B's end of file, never at the end A
 // saw: close-to-open covers the size an append writes at.
 //
-// Known to fail, over NFSv3 as over NFSv4.1 (the recall soak found it):
-// the kernel sends an O_APPEND write at the size it cached, not the size
-// the open learned from the server (FUSE without writeback_cache leaves
-// O_APPEND to the daemon, as a passthrough daemon's O_APPEND descriptor
-// would honour it); the daemon writes at the offset it is given. Set
-// HUSHFS_KNOWN_BUGS=1 to run it.
+// The kernel sends an O_APPEND write at the size it cached, which the
+// open does not refresh: the append landed inside B's data (over NFSv3
+// too), until the client placed it at the end it knows.
 func TestNFSv41AppendAfterOtherWriter(t *testing.T) {
-	if os.Getenv("HUSHFS_KNOWN_BUGS") == "" {
-		t.Skip("known bug: an O_APPEND write after another client's rewrite lands at the old end (HUSHFS_KNOWN_BUGS=1 runs it)")
-	}
 	requireMountTools(t)
 	bin := harness.BuildHushfs(t)
 	export := t.TempDir()
