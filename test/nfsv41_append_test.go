@@ -45,3 +45,45 @@ func TestNFSv41AppendAfterOtherWriter(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendStream: one process appending thousands of records through
+// O_APPEND descriptors (two, alternating) on one mount, over NFSv3 and
+// NFSv4.1, with write-back sending them meanwhile: the file is exactly
+// the records in order (the client places each append at the end it
+// knows, its unsent and in-flight data included).
+func TestAppendStream(t *testing.T) {
+	requireMountTools(t)
+	bin := harness.BuildHushfs(t)
+	export := t.TempDir()
+	s := harness.StartServe(t, export)
+	_, v41 := serveV41(t, bin, s)
+	v3 := t.TempDir()
+	harness.MountServe(t, bin, s, v3, "")
+	for _, dir := range []string{v3, v41} {
+		p := filepath.Join(dir, "log")
+		must(t, "create", os.WriteFile(p, nil, 0o644))
+		var fds [2]*os.File
+		for i := range fds {
+			f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			must(t, "open O_APPEND", err)
+			defer f.Close()
+			fds[i] = f
+		}
+		var want []byte
+		for i := range 3000 {
+			rec := []byte(fmt.Sprintf("record %d %s\n", i, bytes.Repeat([]byte{'x'}, i%97)))
+			_, err := fds[i%2].Write(rec)
+			must(t, "append", err)
+			want = append(want, rec...)
+		}
+		for _, f := range fds {
+			must(t, "close", f.Close())
+		}
+		got, err := os.ReadFile(filepath.Join(export, "log"))
+		must(t, "read on the server", err)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: the server's log is %d bytes, want %d; first difference at %d", dir, len(got), len(want), firstDiff(got, want))
+		}
+		must(t, "remove", os.Remove(p))
+	}
+}
