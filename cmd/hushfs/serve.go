@@ -222,6 +222,10 @@ func runServe(args []string) error {
 		Lease:       o.lease,
 		Delegations: o.delegs,
 		Logf:        logger.Printf,
+
+		// Callbacks sent and delegations granted, for --metrics.
+		ObserveCallback: rpcStats.ObserveCallback,
+		Granted:         rpcStats.Granted,
 	})
 	if err != nil {
 		return err

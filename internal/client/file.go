@@ -383,6 +383,9 @@ func (fs *FS) Write(ctx context.Context, c *Cred, fh uint64, off uint64, data []
 	if err := fs.checkLocksLost(of); err != nil {
 		return 0, err
 	}
+	if of.flags&syscall.O_APPEND != 0 {
+		off = fs.appendOffset(of.node, off)
+	}
 	if fs.maxFileSize > 0 && off+uint64(len(data)) > fs.maxFileSize {
 		return 0, syscall.EFBIG
 	}
@@ -404,6 +407,24 @@ func (fs *FS) Write(ctx context.Context, c *Cred, fh uint64, off uint64, data []
 		}
 	}
 	return len(data), nil
+}
+
+// appendOffset is where an O_APPEND write goes: the end of the file as
+// known here. The kernel sends it at the size it cached (FUSE without
+// writeback_cache leaves O_APPEND to the file system), which another
+// client's change may have moved since: the open learned the server's
+// size (close-to-open), but the kernel's stays until it asks again. When
+// they differ the kernel is told to drop the file's pages and size: it
+// copied the data to its pages at the old end.
+func (fs *FS) appendOffset(n *inode, kernelOff uint64) uint64 {
+	n.mu.Lock()
+	a := n.attr
+	n.mu.Unlock()
+	end := fs.localAttr(n, &a).Size
+	if end != kernelOff {
+		fs.notify.InvalidateData(n.id)
+	}
+	return end
 }
 
 // Flush is called at every close of a descriptor: it writes the file's

@@ -84,6 +84,21 @@ func (fs *FS) opensOf(n *inode) *nodeOpens {
 // newer reports whether a is a later version of the same state than b.
 func newer(a, b proto.StateID) bool { return a.Other != b.Other || int32(a.Seq-b.Seq) > 0 }
 
+// descriptors reports whether any identity has a descriptor of the file
+// open here.
+func (no *nodeOpens) descriptors() bool {
+	no.vmu.Lock()
+	defer no.vmu.Unlock()
+	for _, ow := range no.owners {
+		for _, n := range ow.count {
+			if n > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // addLocked counts a descriptor of c opened with share under st.
 //
 // LOCKS_REQUIRED(no.mu, read or write)
@@ -162,6 +177,22 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 		no.mu.RUnlock()
 		fs.noteStale(n, res.Status)
 		return 0, nil, res.Status
+	}
+	if res.Attr.Present && res.Attr.Attr.Nlink == 0 && !no.descriptors() {
+		// The file lost its last name elsewhere and has no descriptor
+		// here: this open came through a name cached before, and the
+		// server kept the file for an open of ours not yet closed (or
+		// another client's). The name is stale; the kernel looks it up
+		// again (ESTALE), and must not read the old file.
+		no.mu.RUnlock()
+		fs.nodes.markStale(n)
+		if res.Deleg.Type != proto.DelegNone {
+			fs.keepDeleg(n, c, res.Deleg) // returned when idle
+		}
+		if err := fs.opener.CloseOpen(ctx, c, n.fh, res.State); err != nil {
+			fs.logf("hushfs: closing node %d, which has no name left: %v", n.id, err)
+		}
+		return 0, nil, syscall.ESTALE
 	}
 	if res.HasData && res.Attr.Present {
 		n.mu.Lock()

@@ -64,7 +64,18 @@ type RPC struct {
 	nfs4  [2]histogram          // NFSv4 NULL and COMPOUND
 	ops   [numOps + 1]histogram // NFSv4.1 operations by number; the last: ILLEGAL and unknown
 	other histogram             // any other program, version or procedure
+	// The NFSv4.1 server's callbacks (CB_NULL as 0, then by CB operation:
+	// CB_RECALL, CB_GETATTR) and the delegations it granted, by type.
+	cb     [numCBOps]histogram
+	grants [3]atomic.Uint64
 }
+
+// numCBOps bounds the callback operation numbers counted (CB_RECALL_SLOT
+// and below); others are not counted.
+const numCBOps = 11
+
+// grantNames are the delegation types Granted counts.
+var grantNames = [...]string{"read", "write", "directory"}
 
 // numOps bounds the NFSv4 operation numbers counted one by one (4.2's
 // included, for a server that serves them one day).
@@ -97,6 +108,25 @@ func (r *RPC) ObserveOp(op uint32, d time.Duration) {
 		op = numOps
 	}
 	r.ops[op].observe(d)
+}
+
+// ObserveCallback records one callback the server sent and the time to
+// its answer: op is the CB operation after CB_SEQUENCE (CB_RECALL,
+// CB_GETATTR), or 0 for CB_NULL.
+func (r *RPC) ObserveCallback(op uint32, d time.Duration) {
+	if op < numCBOps {
+		r.cb[op].observe(d)
+	}
+}
+
+// Granted counts one delegation granted, of type "read", "write" or
+// "directory" (others are not counted).
+func (r *RPC) Granted(typ string) {
+	for i, name := range grantNames {
+		if name == typ {
+			r.grants[i].Add(1)
+		}
+	}
 }
 
 // Snapshot is the state of one procedure's histogram.
@@ -142,6 +172,13 @@ func (r *RPC) Snapshots() []Snapshot {
 		add("nfs4op", name, &r.ops[op])
 	}
 	add("other", "other", &r.other)
+	for op := range r.cb {
+		name := nfs4.CBOpnum(op).String()
+		if op == 0 {
+			name = "CB_NULL"
+		}
+		add("nfs4cb", name, &r.cb[op])
+	}
 	return out
 }
 
@@ -155,6 +192,11 @@ func WriteText(w io.Writer, r *RPC, s StatsSource) error {
 	bw := bufio.NewWriter(w)
 	if r != nil {
 		writeRPC(bw, r.Snapshots())
+		const g = "hushfs_nfs4_delegations_granted_total"
+		header(bw, g, "counter", "NFSv4.1 delegations granted, by type.")
+		for i, name := range grantNames {
+			fmt.Fprintf(bw, "%s{type=%q} %d\n", g, name, r.grants[i].Load())
+		}
 	}
 	if s != nil {
 		writeServer(bw, s.Stats())

@@ -7,16 +7,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The holder of a write delegation adding a name to its own file (LINK)
-// changes the file's link count and ctime through the server; the file's
-// inotify watch sees IN_ATTRIB, which recalls every delegation of a leased
-// file, the holder's own too. So the server tells the watch of the change
-// it is about to make, and the watch consumes the event that change
-// causes. Only that event: inotify merges an event with an identical one
-// still queued, so a local chmod right after our LINK may arrive as the
-// same single event. The file's attributes decide: those after our change
-// must differ from those before only by the one link more, and when the
-// event comes the file must still have them; anything else is a local
+// The holder of a write delegation changing its own file through the
+// server — a LINK (the link count and ctime), a SETATTR (a build's chmod
+// of the binary it linked, a truncate, times) — makes the file's inotify
+// watch see IN_ATTRIB, which recalls every delegation of a leased file,
+// the holder's own too. So the server tells the watch of the change it is
+// about to make, and the watch takes the events that come while the
+// change runs, and after it those that find the file still as the change
+// left it (one change may be several system calls, each its own event,
+// read by the watch later). The file's attributes decide: those after our
+// change must differ from those before only as the change says, and when
+// an event comes the file must still have them; anything else is a local
 // change (or the holder writing meanwhile, which only costs the holder its
 // delegation), and recalls.
 
@@ -24,15 +25,24 @@ import (
 // server is making for the holder of its delegation.
 type attrExpectation struct {
 	before, after unix.Stat_t
-	matched       bool      // its event came while the change ran
+	matched       bool      // an event came while the change ran
 	ended         bool      // the change is over and its attributes checked
-	until         time.Time // ended: when it is forgotten if its event never comes
+	until         time.Time // ended: when it is forgotten
 }
 
 // expectLink is asked before the server links the write-delegated file
 // key for the delegation's holder; done(ok) says whether the link was
 // made. Safe to call without a watch or a lease (done does nothing then).
 func (w *leaseWatch) expectLink(key string) (done func(ok bool)) {
+	return w.expectSelf(key, linkedOnly)
+}
+
+// expectSelf is asked before the server changes the attributes of the
+// write-delegated file key for the delegation's holder; done(ok) says
+// whether the change was made, and as(before, after) whether the file's
+// attributes after it are what the change alone makes of those before.
+// Safe to call without a watch or a lease (done does nothing then).
+func (w *leaseWatch) expectSelf(key string, as func(before, after *unix.Stat_t) bool) (done func(ok bool)) {
 	nothing := func(bool) {}
 	if !w.held() {
 		return nothing
@@ -52,16 +62,13 @@ func (w *leaseWatch) expectLink(key string) (done func(ok bool)) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		e.ended, e.until = true, w.s.now().Add(expectTTL)
-		if ok && unix.Fstat(l.fd, &e.after) == nil && linkedOnly(&e.before, &e.after) {
-			if e.matched {
-				l.selfAttrs = slices.DeleteFunc(l.selfAttrs, func(x *attrExpectation) bool { return x == e })
-			}
-			return
+		if ok && unix.Fstat(l.fd, &e.after) == nil && as(&e.before, &e.after) {
+			return // kept until expectTTL for the change's late events
 		}
 		l.selfAttrs = slices.DeleteFunc(l.selfAttrs, func(x *attrExpectation) bool { return x == e })
 		if ok || e.matched {
 			// Made, but something else changed the file too; or not
-			// made, so the event that came was another's.
+			// made, so an event that came was another's.
 			l.broken = true
 			w.poke()
 		}
@@ -75,22 +82,30 @@ func (w *leaseWatch) fileEvent(l *leased, mask uint32) bool {
 		return true
 	}
 	now := w.s.now()
-	for i, e := range l.selfAttrs {
-		if e.matched || (e.ended && now.After(e.until)) {
-			continue
-		}
+	var st unix.Stat_t
+	stated := false
+	for _, e := range l.selfAttrs {
 		if !e.ended {
 			e.matched = true // judged when the change ends
 			return false
 		}
-		l.selfAttrs = slices.Delete(l.selfAttrs, i, i+1)
-		var st unix.Stat_t
-		return unix.Fstat(l.fd, &st) != nil || !sameAttrs(&st, &e.after)
+		if now.After(e.until) {
+			continue
+		}
+		if !stated {
+			if unix.Fstat(l.fd, &st) != nil {
+				return true
+			}
+			stated = true
+		}
+		if sameAttrs(&st, &e.after) {
+			return false
+		}
 	}
 	return true
 }
 
-// forgetSelfLocked drops the expectations whose event never came.
+// forgetSelfLocked drops the expectations whose time is over.
 func (w *leaseWatch) forgetSelfLocked(l *leased) {
 	now := w.s.now()
 	l.selfAttrs = slices.DeleteFunc(l.selfAttrs, func(e *attrExpectation) bool {

@@ -43,6 +43,8 @@ var nfs4Limits = v4state.Limits{
 type v4 struct {
 	state       *v4state.State
 	observeOp   func(op uint32, d time.Duration)
+	observeCB   func(op uint32, d time.Duration)
+	granted     func(typ string)
 	delegations bool          // grant read delegations
 	recallWait  time.Duration // see Config.RecallWait (nfs4_deleg.go)
 	leases      *leaseWatch   // with delegations: local changes to delegated files (leases.go)
@@ -296,6 +298,20 @@ func (s *Server) observe(op uint32, d time.Duration) {
 	}
 }
 
+// observeCallback records a callback sent at start for the metrics.
+func (s *Server) observeCallback(op nfs4.CBOpnum, start time.Time) {
+	if s.v4.observeCB != nil {
+		s.v4.observeCB(uint32(op), s.now().Sub(start))
+	}
+}
+
+// grantedDeleg counts a delegation granted for the metrics.
+func (s *Server) grantedDeleg(typ string) {
+	if s.v4.granted != nil {
+		s.v4.granted(typ)
+	}
+}
+
 // status appends a bare status result and returns it.
 func (c *compound) status(st nfs4.Status) nfs4.Status {
 	c.reply = xdr.AppendUint32(c.reply, uint32(st))
@@ -454,6 +470,8 @@ func (s *Server) newV4(cfg *Config) (*v4, error) {
 		cbCancel:    cbCancel,
 		state:       st,
 		observeOp:   cfg.ObserveOp,
+		observeCB:   cfg.ObserveCallback,
+		granted:     cfg.Granted,
 		delegations: cfg.Delegations,
 		recallWait:  cfg.RecallWait,
 		domain:      domain,

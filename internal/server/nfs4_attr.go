@@ -331,8 +331,11 @@ func (c *compound) setattr(a *nfs4.SetattrArgs) nfs4.Status {
 	if st := c.mayChange(n.key); st != nfs4.OK {
 		return fail(st)
 	}
+	// The holder of the file's write delegation keeps it (leases_self.go).
+	self := c.s.v4.leases.expectSelf(n.key, setOnly(&sa, far != nil))
 	r := c.s.setattr(&c.id, &nfs3.SetattrArgs{Obj: n.fh, Attr: sa})
 	if r.Status != nfs3.OK {
+		self(false)
 		return fail(status4(r.Status))
 	}
 	if far != nil {
@@ -343,9 +346,11 @@ func (c *compound) setattr(a *nfs4.SetattrArgs) nfs4.Status {
 			err = c.s.commitAttrs(n)
 		}
 		if err != nil {
+			self(true) // the attributes decide what was made
 			return fail(c.s.statusOf4(err))
 		}
 	}
+	self(true)
 	res.AttrsSet = a.Attrs.Mask
 	c.reply = res.Append(c.reply)
 	return nfs4.OK
@@ -373,3 +378,31 @@ func (c *compound) access(a *nfs4.AccessArgs) nfs4.Status {
 
 // isEmpty reports whether no bit of b is set.
 func isEmpty(b nfs4.Bitmap) bool { return b.IsZero() }
+
+// setOnly returns whether a file's attributes after a SETATTR of sa (and
+// of times beyond nfstime3's, if far) differ from those before only as
+// that SETATTR makes them: the attributes it sets have its values (a time
+// any, the server's clock may set it), the others are unchanged but the
+// ctime, and the mtime when the size is set.
+func setOnly(sa *nfs3.Sattr, far bool) func(before, after *unix.Stat_t) bool {
+	return func(before, after *unix.Stat_t) bool {
+		b := *before
+		if sa.SetMode {
+			b.Mode = b.Mode&^0o7777 | sa.Mode&0o7777
+		}
+		if sa.SetUID {
+			b.Uid = sa.UID
+		}
+		if sa.SetGID {
+			b.Gid = sa.GID
+		}
+		if sa.SetSize {
+			b.Size = int64(sa.Size)
+		}
+		if sa.SetSize || sa.Mtime.How != nfs3.DontChange || far {
+			b.Mtim = after.Mtim
+		}
+		b.Ctim = after.Ctim
+		return sameAttrs(&b, after)
+	}
+}

@@ -73,7 +73,9 @@ func (s *Server) probeBackChannel(sess *v4state.Session) {
 		var err error
 		cred, credOK := cbCred(cb.Sec)
 		if bc := backChannelOf(&cb); bc != nil && credOK {
+			start := s.now()
 			err = bc.Call(s.v4.cbCtx, cb.Program, nfs4.CBVersion, nfs4.CBProcNull, cred, nil, nil)
+			s.observeCallback(0, start)
 		}
 		s.v4.state.EndCallback(sess, false)
 		ok = credOK && err == nil
@@ -118,7 +120,9 @@ func (s *Server) sendRecall(r v4state.Recall) {
 		{Op: nfs4.CBOpRecall, Args: &nfs4.CBRecallArgs{Stateid: r.Stateid, FH: nfs4.FH(r.FileKey)}},
 	}}
 	var res nfs4.CBCompoundRes
+	start := s.now()
 	err := bc.Call(s.v4.cbCtx, cb.Program, nfs4.CBVersion, nfs4.CBProcCompound, cred, args, &res)
+	s.observeCallback(nfs4.CBOpRecall, start)
 	if err == nil && len(res.Results) > 0 && res.Results[0].Op == nfs4.CBOpSequence {
 		sequenced = res.Results[0].Res.OpStatus() == nfs4.OK
 	}
@@ -281,6 +285,7 @@ func (c *compound) grantRead(n *node, access, deny, want uint32) nfs4.OpenDelega
 	if !ok {
 		return noDelegation(want)
 	}
+	c.s.grantedDeleg("read")
 	// Who may read is the server's to check at each OPEN and ACCESS; the
 	// ACE grants nothing beyond (RFC 8881 §10.4.1: an empty ACE means
 	// the client asks ACCESS).
@@ -305,6 +310,7 @@ func (c *compound) grantWrite(n *node, deny, want uint32) nfs4.OpenDelegation {
 	if !ok {
 		return noDelegation(want)
 	}
+	c.s.grantedDeleg("write")
 	return nfs4.OpenDelegation{Type: nfs4.DelegateWrite, Stateid: sid, SpaceLimit: c.s.spaceLimit(n),
 		Permissions: nfs4.ACE{Type: 0, AccessMask: 0, Who: []byte("EVERYONE@")}}
 }
@@ -446,7 +452,9 @@ func (s *Server) sendCBGetattr(r v4state.Recall) (nfs4.Fattr, bool) {
 			AttrRequest: nfs4.NewBitmap(nfs4.AttrChange, nfs4.AttrSize)}},
 	}}
 	var res nfs4.CBCompoundRes
+	start := s.now()
 	err := bc.Call(s.v4.cbCtx, cb.Program, nfs4.CBVersion, nfs4.CBProcCompound, cred, args, &res)
+	s.observeCallback(nfs4.CBOpGetattr, start)
 	if err == nil && len(res.Results) > 0 && res.Results[0].Op == nfs4.CBOpSequence {
 		sequenced = res.Results[0].Res.OpStatus() == nfs4.OK
 	}

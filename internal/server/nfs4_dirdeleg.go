@@ -33,6 +33,7 @@ func (c *compound) getDirDelegation(a *nfs4.GetDirDelegationArgs) nfs4.Status {
 			return ok
 		})
 		if ok {
+			c.s.grantedDeleg("directory")
 			// The cookie verifier READDIR gives for the directory:
 			// cookies stay valid while the delegation is held.
 			res = nfs4.GetDirDelegationRes{Status: nfs4.OK, NonFatal: nfs4.GDD4OK,

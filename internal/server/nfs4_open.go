@@ -130,6 +130,11 @@ func (c *compound) open(a *nfs4.OpenArgs) nfs4.Status {
 	default:
 		if err := c.s.stat(n, &fst); err != nil {
 			st = c.s.statusOf4(err)
+		} else if fst.Nlink == 0 && !c.s.v4.state.Holds(c.client, n.key) {
+			// Reachable only because another client keeps it open: this
+			// client opens a name it cached before the file lost it, and
+			// must look the name up again rather than read the old file.
+			st = nfs4.ErrStale
 		} else if !r.created {
 			// As on a local open: the caller needs the permission, but
 			// the owner always may (clients check at open, and the
@@ -165,7 +170,10 @@ func (c *compound) open(a *nfs4.OpenArgs) nfs4.Status {
 			if reclaim && a.Claim.DelegateType != nfs4.DelegateNone {
 				res.Delegation = c.reclaimDeleg(n, a.Claim.DelegateType)
 			}
-			if !reclaim && a.Claim.Type != nfs4.ClaimDelegateCur && a.Claim.Type != nfs4.ClaimDelegCurFH {
+			// No delegation of a file without a name: no change to it
+			// by name could recall it, while a client that reached it
+			// through a stale name would go on opening it with no call.
+			if !reclaim && fst.Nlink > 0 && a.Claim.Type != nfs4.ClaimDelegateCur && a.Claim.Type != nfs4.ClaimDelegCurFH {
 				want := a.ShareAccess & nfs4.ShareAccessWantDelegMask
 				if access&nfs4.ShareAccessWrite != 0 {
 					res.Delegation = c.grantWrite(n, a.ShareDeny, want)

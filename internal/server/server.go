@@ -107,6 +107,12 @@ type Config struct {
 	// ObserveOp, if set, is called once per NFSv4.1 operation run, with
 	// its time (per-operation metrics).
 	ObserveOp func(op uint32, d time.Duration)
+	// ObserveCallback, if set, is called once per NFSv4.1 callback sent,
+	// with its operation (CB_RECALL, CB_GETATTR; 0 for CB_NULL) and the
+	// time to its answer; Granted once per delegation granted, with its
+	// type: "read", "write" or "directory" (metrics).
+	ObserveCallback func(op uint32, d time.Duration)
+	Granted         func(typ string)
 	// Delegations grants NFSv4.1 read delegations (nfs4_deleg.go).
 	Delegations bool
 	// RecallWait is how long an NFSv4.1 call waits for the delegations

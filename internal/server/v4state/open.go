@@ -338,3 +338,25 @@ func (st *State) TestStateids(cl *Client, sids []nfs4.Stateid, out []nfs4.Status
 	}
 	return out
 }
+
+// Holds reports whether cl has the file key open or delegated: a file
+// whose last name is gone stays open for such a client alone.
+func (st *State) Holds(cl *Client, key string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.files[key]
+	if f == nil {
+		return false
+	}
+	for _, o := range f.opens {
+		if o.owner.client == cl {
+			return true
+		}
+	}
+	for _, d := range f.delegs {
+		if d.client == cl && !d.revoked {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The recall soak's model (recall.go): every file's content is lines
+// "f<i> v<N> <actor> <padding>", the last line naming the version that
+// made the content. Writers of one file take turns (close-to-open says
+// nothing of two writers at once), each making a new version; the model
+// keeps each version's exact content and when its writer's close
+// returned. A reader notes, before its open(), the newest version whose
+// close had returned (the floor): it must read exactly some version at
+// least that new, or, when a write of the file overlapped its open and
+// read, a state that write passes through.
+
+// fileModel is one file's history.
+type fileModel struct {
+	mu       sync.Mutex // writers take turns holding it
+	stateMu  sync.Mutex // guards what follows; readers take only this
+	versions map[int]string
+	by       map[int]string    // who made each version, how
+	at       map[int]time.Time // when its close (or rename) returned
+	// Reads that saw the version before a local rename, within
+	// localRenameWindow after it (see checkRead), and the longest lag.
+	lateReads int
+	maxLag    time.Duration
+	// Opens and chmods failed with ESTALE or ENOENT while the file was being renamed
+	// over, or right after (see renamedLocked).
+	renameErrs int
+	latest     int       // the newest version whose close returned
+	doneAt     time.Time // when it returned
+	writing    int       // writes started and not finished
+	started    int       // writes started, ever
+	name       string
+}
+
+// recallModel is the 100 files'.
+type recallModel struct {
+	files []*fileModel
+}
+
+func newRecallModel(n int) *recallModel {
+	m := &recallModel{}
+	for i := range n {
+		m.files = append(m.files, &fileModel{name: fmt.Sprintf("f%03d", i), versions: map[int]string{}, by: map[int]string{}, at: map[int]time.Time{}})
+	}
+	return m
+}
+
+// line is one line of version v of file f by actor.
+func line(f *fileModel, v int, actor string, k int) string {
+	pad := strings.Repeat(string(rune('a'+(v+k)%26)), (v*7+k*13)%90)
+	return fmt.Sprintf("%s v%d %s %s\n", f.name, v, actor, pad)
+}
+
+// beginWrite starts a write of f (f.mu held): it returns the version it
+// makes.
+func (f *fileModel) beginWrite() int {
+	f.stateMu.Lock()
+	defer f.stateMu.Unlock()
+	f.writing++
+	f.started++
+	return f.latest + 1
+}
+
+// endWrite records the version v the write made (content), once its
+// close returned; ok false means the write failed and its content is
+// unknown (the run fails).
+func (f *fileModel) endWrite(v int, content, by string, ok bool, now time.Time) {
+	f.stateMu.Lock()
+	defer f.stateMu.Unlock()
+	f.writing--
+	if ok {
+		f.versions[v] = content
+		f.by[v] = by
+		f.at[v] = now
+		f.latest, f.doneAt = v, now
+		delete(f.versions, v-64) // readers' floors are never that old
+		delete(f.by, v-64)
+		delete(f.at, v-64)
+	}
+}
+
+// current returns the latest version's content.
+func (f *fileModel) current() (int, string) {
+	f.stateMu.Lock()
+	defer f.stateMu.Unlock()
+	return f.latest, f.versions[f.latest]
+}
+
+// readStart is what a reader notes before its open().
+type readStart struct {
+	at      time.Time
+	floor   int
+	started int
+	writing bool
+}
+
+func (f *fileModel) beginRead(now time.Time) readStart {
+	f.stateMu.Lock()
+	defer f.stateMu.Unlock()
+	return readStart{at: now, floor: f.latest, started: f.started, writing: f.writing > 0}
+}
+
+// checkRead judges what a reader that began at rs read: "" if fine, else
+// what is wrong.
+func (f *fileModel) checkRead(rs readStart, got string) string {
+	f.stateMu.Lock()
+	defer f.stateMu.Unlock()
+	overlapped := rs.writing || f.started != rs.started
+	v, ok := versionOf(got)
+	if ok {
+		if want, known := f.versions[v]; known && want == got {
+			if v < rs.floor && f.localRenamesLocked(v, rs) {
+				return ""
+			}
+			if v < rs.floor {
+				return fmt.Sprintf("stale read: version %d (%s), but version %d's (%s) close had returned before the open", v, f.by[v], rs.floor, f.by[rs.floor])
+			}
+			return ""
+		}
+	}
+	if overlapped {
+		return "" // a write under way: its intermediate states are fair
+	}
+	want := f.versions[rs.floor]
+	return fmt.Sprintf("read %d bytes (last line %q) matching no version; version %d (%s, %d bytes) expected, no write under way",
+		len(got), lastLine(got), rs.floor, f.by[rs.floor], len(want))
+}
+
+// versionOf parses the version the last line names.
+func versionOf(s string) (int, bool) {
+	l := lastLine(s)
+	fs := strings.Fields(l)
+	if len(fs) < 3 || !strings.HasPrefix(fs[1], "v") {
+		return 0, false
+	}
+	v, err := strconv.Atoi(fs[1][1:])
+	return v, err == nil
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSuffix(s, "\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if len(s) > 60 {
+		s = s[:60]
+	}
+	return s
+}
+
+// localRenameWindow bounds how long after a local rename over a file (on
+// the server's disk) a client may still open the file it replaced: the
+// server cannot hold a local rename back (a Linux lease is not broken by
+// it), it sees it through inotify right after and recalls then, so a
+// client's open in between is served by its delegation or cached name.
+const localRenameWindow = time.Second
+
+// localRenamesLocked reports whether every version after v up to the
+// reader's floor was a local rename within localRenameWindow before the
+// read began, and counts the read as late if so.
+//
+// LOCKS_REQUIRED(f.stateMu)
+func (f *fileModel) localRenamesLocked(v int, rs readStart) bool {
+	for w := v + 1; w <= rs.floor; w++ {
+		at, ok := f.at[w]
+		if !ok || f.by[w] != "local rename" || rs.at.Sub(at) > localRenameWindow {
+			return false
+		}
+	}
+	f.lateReads++
+	f.maxLag = max(f.maxLag, rs.at.Sub(f.at[v+1]))
+	return true
+}
+
+// renameRace reports whether an open (or chmod) that began at rs and
+// failed (ESTALE, ENOENT) raced a rename over the file: one under way, or
+// one that returned at most localRenameWindow before the open. A client
+// renaming over a file it has open hides that file under another name
+// first (silly rename), so the name is briefly absent; and a name cached
+// before a rename leads to a file without a name, STALE, after which the
+// kernel looks the name up once more and may meet the next rename. It
+// counts the read if so.
+func (f *fileModel) renameRace(rs readStart) bool {
+	f.stateMu.Lock()
+	defer f.stateMu.Unlock()
+	race := rs.writing || f.started != rs.started
+	for w := f.latest; !race && w > 0; w-- {
+		at, ok := f.at[w]
+		if !ok || rs.at.Sub(at) > localRenameWindow {
+			break
+		}
+		race = strings.HasSuffix(f.by[w], " rename")
+	}
+	if race {
+		f.renameErrs++
+	}
+	return race
+}
