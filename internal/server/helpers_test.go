@@ -67,9 +67,7 @@ func (e *env) start(ro bool) {
 	e.t.Helper()
 	// The tests act as root and expect root's powers unless they tune the
 	// squashing themselves.
-	// Recalls are answered NFS4ERR_DELAY at once, as the tests of the
-	// recall path expect; TestV4RecallWaited tunes the wait in.
-	cfg := Config{Root: e.root, StateDir: e.state, ReadOnly: ro, Squash: NoRootSquash, Logf: e.t.Logf, RecallWait: -1}
+	cfg := Config{Root: e.root, StateDir: e.state, ReadOnly: ro, Squash: NoRootSquash, Logf: e.t.Logf}
 	if e.tune != nil {
 		e.tune(&cfg)
 	}
