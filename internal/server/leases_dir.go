@@ -39,8 +39,10 @@ import (
 const expectTTL = 2 * time.Second
 
 // dirEvents are the events of a delegated directory that recall it.
+// IN_MODIFY and a named IN_ATTRIB are an entry's: they recall only the
+// delegations that cover entries (nfs4_dirchild.go).
 const dirEvents = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_ATTRIB |
-	unix.IN_DELETE_SELF | unix.IN_ONLYDIR
+	unix.IN_MODIFY | unix.IN_DELETE_SELF | unix.IN_ONLYDIR
 
 // expectation is an event the server's own change of a delegated
 // directory will cause.
@@ -135,10 +137,12 @@ func (w *leaseWatch) expect(key string, name []byte, mask uint32) (done func(ok 
 
 // dirEvent judges an event of the delegated directory l: whether it
 // recalls the delegation. An attribute change of an entry (named
-// IN_ATTRIB) is no change of the directory; an expected event of the
+// IN_ATTRIB, IN_MODIFY) is no change of the directory: it recalls only
+// delegations covering entries (l.children); an expected event of the
 // server's own change is consumed.
 func (w *leaseWatch) dirEvent(l *leased, mask uint32, name string) bool {
-	if mask&unix.IN_ATTRIB != 0 && name != "" {
+	if mask&(unix.IN_ATTRIB|unix.IN_MODIFY) != 0 && name != "" {
+		l.children = true
 		return false
 	}
 	now := w.s.now()

@@ -266,11 +266,11 @@ func (s *Server) readDir(ctx context.Context, c *proto.Cred, proc string, a prot
 	if parent {
 		ops = append(ops, nfs4.Argop{Op: nfs4.OpLookupP}, getattr(fileidAttr))
 	}
-	r, err := s.compound(ctx, c, proc, ops)
+	r, deleg, err := s.compoundDirDeleg(ctx, c, proc, a, ops)
 	if err != nil {
 		return proto.ReadDirRes{}, err
 	}
-	out := proto.ReadDirRes{}
+	out := proto.ReadDirRes{DirDeleg: deleg}
 	out.DirAttr, _ = r.attrs(2)
 	rd, ok := r.at(1).(*nfs4.ReaddirRes)
 	if !ok || rd.Status != nfs4.OK {

@@ -73,6 +73,9 @@ type Server struct {
 	cq *closeQueue
 	// cb are the core's answers to callbacks (deleg.go).
 	cb atomic.Pointer[cbHolder]
+	// noDirDeleg: the server failed a GET_DIR_DELEGATION: not asked again
+	// (dirdeleg.go).
+	noDirDeleg atomic.Bool
 
 	creds rpc.SysCreds // encoded AUTH_SYS per identity
 }
