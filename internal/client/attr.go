@@ -295,10 +295,10 @@ func (n *inode) cachedAttrLocked(now time.Time) (proto.Attr, time.Duration, bool
 			// good, and the kernel may keep them for their usual lifetime.
 			left = n.attrTimeo
 		case n.dirTrustedLocked():
-			// Under its delegation (dirdeleg.go): good, but the kernel
-			// asks again each time, so that a recall ends its trust at
-			// once there too.
-			left = 0
+			// Under its delegation (dirdeleg.go): good, and the kernel
+			// may keep them, and the names, for their usual lifetime (a
+			// recall drops its listing and absent names).
+			left = n.attrTimeo
 		default:
 			return proto.Attr{}, 0, false
 		}

@@ -23,9 +23,12 @@ import (
 //     without any event in its parent) stay valid too, if they were
 //     fetched after the delegation was granted.
 //
-// The kernel is given no lifetime for what a directory delegation alone
-// vouches for (it asks us each time, answered without a call), so a
-// recall ends the trust in the kernel as soon as here. The holder's own
+// The kernel keeps the directory's attributes and names for their usual
+// lifetime (a recall drops its listing and the names it holds absent, as
+// the core's own changes do), but is given no lifetime for the entries'
+// attributes that the delegation alone vouches for (it asks us each
+// time, answered without a call), so a recall for another's write ends
+// their trust in the kernel as soon as here. The holder's own
 // changes keep the delegation: their replies update the caches as always.
 // A CB_NOTIFY drops what it names: an entry's attributes, or the
 // directory's attributes for a name added, removed or renamed (its next
@@ -208,7 +211,20 @@ func (fs *FS) touchDirDeleg(dir *inode) {
 func (fs *FS) undelegateDir(h *heldDeleg) {
 	endDirTrust(h.n, h.dir, fs.now()) // whatever ended it: what it alone kept is fetched again
 	fs.expireAttr(h.n)
+	// The kernel's copy of the listing, and the names it holds absent
+	// (another's create may be what recalled it).
 	fs.notify.InvalidateData(h.n.id)
+	var absent []string
+	h.n.mu.Lock()
+	for name, d := range h.n.names {
+		if d.node == 0 {
+			absent = append(absent, name)
+		}
+	}
+	h.n.mu.Unlock()
+	for _, name := range absent {
+		fs.notify.InvalidateEntry(h.n.id, name)
+	}
 }
 
 // expireAttr makes n's cached attributes expired: replies to calls sent
