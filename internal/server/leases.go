@@ -87,6 +87,9 @@ type leased struct {
 	// children: an entry's attributes or data changed: the delegations
 	// covering entries are recalled (nfs4_dirchild.go).
 	children bool
+	// childExpects: entries the holder is changing itself, until when
+	// their events are its own (nfs4_dirchild.go).
+	childExpects map[string]time.Time
 	// Changes of a write-leased file's attributes the server makes for
 	// its holder (leases_self.go).
 	selfAttrs []*attrExpectation

@@ -142,7 +142,9 @@ func (w *leaseWatch) expect(key string, name []byte, mask uint32) (done func(ok 
 // server's own change is consumed.
 func (w *leaseWatch) dirEvent(l *leased, mask uint32, name string) bool {
 	if mask&(unix.IN_ATTRIB|unix.IN_MODIFY) != 0 && name != "" {
-		l.children = true
+		if until, ok := l.childExpects[name]; !ok || w.s.now().After(until) {
+			l.children = true
+		}
 		return false
 	}
 	now := w.s.now()
@@ -159,9 +161,33 @@ func (w *leaseWatch) dirEvent(l *leased, mask uint32, name string) bool {
 	return true
 }
 
+// expectChild tells the watch of the delegated directory key that the
+// server is about to change its entry name for the holder of a delegation
+// covering entries: the entry's events for expectTTL from now are its.
+func (w *leaseWatch) expectChild(key, name string) {
+	if !w.held() {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.files[key]
+	if l == nil || !l.dir {
+		return
+	}
+	if l.childExpects == nil {
+		l.childExpects = map[string]time.Time{}
+	}
+	l.childExpects[name] = w.s.now().Add(expectTTL)
+}
+
 // forgetExpectsLocked drops the expectations whose time is over.
 func (w *leaseWatch) forgetExpectsLocked(l *leased) {
 	now := w.s.now()
+	for name, until := range l.childExpects {
+		if now.After(until) {
+			delete(l.childExpects, name)
+		}
+	}
 	l.expects = slices.DeleteFunc(l.expects, func(e *expectation) bool {
 		return e.ended && (now.After(e.until) || e.matched)
 	})

@@ -30,28 +30,30 @@ import (
 // name for it) and checked to hold the file under that name; a file
 // whose directory cannot be found so (a hard link's other name, a file
 // the kernel knows by no path) recalls every such delegation of others.
-// Its holder's own changes recall its own delegation too (through the
-// watch): rare, and its cached attributes are then fetched again.
+// Its holder's own changes recall nothing: the watch is told to expect
+// the entry's events (expectChild) for a while after each, as for the
+// holder's entry changes (leases_dir.go), with the same caveat: a local
+// change of that very file meanwhile would go unseen.
 
 // parentKey returns the handle key of the directory n (not a directory)
-// is in, if the kernel's path for it leads there.
-func (s *Server) parentKey(n *node) (string, bool) {
+// is in, and n's name there, if the kernel's path for it leads there.
+func (s *Server) parentKey(n *node) (key, name string, ok bool) {
 	p, err := os.Readlink(procFdPath(n.fd))
 	if err != nil || !filepath.IsAbs(p) {
-		return "", false
+		return "", "", false
 	}
 	dir, base := filepath.Split(p)
 	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", false
+		return "", "", false
 	}
 	defer unix.Close(dfd)
 	var st unix.Stat_t
 	if unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Ino != n.ino {
-		return "", false
+		return "", "", false
 	}
 	fh, ok := s.handleAt(unix.AT_FDCWD, dir)
-	return string(fh), ok
+	return string(fh), base, ok
 }
 
 // childConflicts recalls the delegations of others (by; nil: an NFSv3
@@ -69,10 +71,13 @@ func (s *Server) childConflicts(key string, by *v4state.Client) (wait bool) {
 	if n.ftype == unix.S_IFDIR {
 		return false // a directory's attributes change with no event in its parent: never covered
 	}
-	dir, ok := s.parentKey(n)
+	dir, name, ok := s.parentKey(n)
 	var recalls []v4state.Recall
 	if ok {
 		recalls, wait = s.v4.state.ChildConflicts(dir, by)
+		if s.v4.state.HoldsChildren(dir, by) {
+			s.v4.leases.expectChild(dir, name)
+		}
 	} else {
 		recalls, wait = s.v4.state.AllChildConflicts(by)
 	}

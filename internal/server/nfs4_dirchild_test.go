@@ -168,3 +168,26 @@ func TestV4DirDelegationChildRecallOnLocalChange(t *testing.T) {
 		})
 	}
 }
+
+// The holder's own WRITE and SETATTR of an entry recall nothing; a local
+// change of another entry afterwards still does.
+func TestV4DirDelegationChildHolderOwnChanges(t *testing.T) {
+	e, root := dirEnv(t, nil)
+	a, h := e.v4cb(true, false)
+	d := lookupFH(a, root, "d")
+	if err := os.WriteFile(filepath.Join(e.root, "d", "other"), []byte("o"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := lookupFH(a, d, "old")
+	sid := a.mustChildDeleg(d)
+	a.must(putFH(f), writeOp(nfs4.Stateid{}, 0, "mine"))
+	a.must(putFH(f), chmodOp(0o600))
+	noRecall(t, h, time.Second, "the holder's own WRITE and SETATTR of an entry")
+	if err := os.Chmod(filepath.Join(e.root, "d", "other"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := recallOf(t, h); got != sid {
+		t.Fatalf("a local chmod of another entry recalled %v, the delegation is %v", got, sid)
+	}
+	waitReturned(t, e, h, d)
+}

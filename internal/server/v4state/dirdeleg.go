@@ -57,6 +57,23 @@ func (st *State) GrantDir(cl *Client, key string, children bool) (nfs4.Stateid, 
 // changed file worth finding.
 func (st *State) HasChildDelegations() bool { return st.childDelegs.Load() > 0 }
 
+// HoldsChildren reports whether client cl holds a delegation of the
+// directory key covering its entries (not being recalled).
+func (st *State) HoldsChildren(key string, cl *Client) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.files[key]
+	if f == nil || cl == nil {
+		return false
+	}
+	for _, d := range f.delegs {
+		if d.client == cl && d.children && d.recalled.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
 // ChildConflicts is Conflicts for a change of an entry's attributes in
 // the directory key by client by (nil: NFSv3): only other clients'
 // delegations covering the entries stand in the way.
