@@ -2,6 +2,7 @@ package nfsv41
 
 import (
 	"context"
+	"errors"
 
 	"slices"
 
@@ -18,9 +19,9 @@ import (
 // server that grants that promises them, by CB_NOTIFY or by recalling,
 // and the core may then keep the entries' attributes too.
 //
-// A server without the operation (ganesha answers OP_ILLEGAL) fails the
-// whole COMPOUND at it: the listing is sent again without it, and no
-// mount of it asks again.
+// A server without the operation fails the whole COMPOUND at it (an
+// error status, or ganesha's OP_ILLEGAL result in its place): the listing
+// is sent again without it, and this mount does not ask again.
 
 // dirNotifyWanted are the notifications asked for.
 var dirNotifyWanted = nfs4.NewBitmap(nfs4.NotifyChangeChildAttrs)
@@ -65,6 +66,13 @@ func (s *Server) takeDirDeleg(r *reply) (d proto.DirDelegation, again bool) {
 func (s *Server) compoundDirDeleg(ctx context.Context, c *proto.Cred, proc string, a proto.ReadDirArgs, ops []nfs4.Argop) (*reply, proto.DirDelegation, error) {
 	all, want := s.withDirDeleg(a, ops)
 	r, err := s.compound(ctx, c, proc, all)
+	if want && errors.Is(err, errShort) {
+		// Answered as an operation it does not know (ganesha: OP_ILLEGAL
+		// in place of GET_DIR_DELEGATION): never asked again.
+		s.noDirDeleg.Store(true)
+		r, err = s.compound(ctx, c, proc, ops)
+		return r, proto.DirDelegation{}, err
+	}
 	if err != nil || !want {
 		return r, proto.DirDelegation{}, err
 	}
