@@ -278,12 +278,6 @@ func (n *inode) cachedAttrLocked(now time.Time) (proto.Attr, time.Duration, bool
 	if !n.attrValid || n.childRecalledLocked() {
 		return proto.Attr{}, 0, false
 	}
-	if n.childTrustedLocked() {
-		// Kept by its directory's delegation (dirdeleg.go): good, and
-		// the kernel asks again each time, so that a recall ends its
-		// trust at once there too.
-		return n.attr, 0, true
-	}
 	left := n.attrTime.Add(n.attrTimeo).Sub(now)
 	if left <= 0 {
 		switch {
@@ -293,6 +287,10 @@ func (n *inode) cachedAttrLocked(now time.Time) (proto.Attr, time.Duration, bool
 			// Under a read delegation nobody changes the file without the
 			// server recalling it first (deleg.go): the attributes are
 			// good, and the kernel may keep them for their usual lifetime.
+			left = n.attrTimeo
+		case n.childTrustedLocked():
+			// Kept by its directory's delegation (dirdeleg.go), as by
+			// its own: the return first makes the kernel forget them.
 			left = n.attrTimeo
 		case n.dirTrustedLocked():
 			// Under its delegation (dirdeleg.go): good, and the kernel

@@ -244,6 +244,9 @@ func (fs *FS) returnDeleg(ctx context.Context, h *heldDeleg) {
 			no.mu.Unlock()
 		}
 	}
+	if h.dir != nil {
+		fs.forgetChildrenNow(h)
+	}
 	if err := fs.delegator.ReturnDelegation(ctx, &h.cred, h.fh, h.st); err != nil {
 		fs.logf("hushfs: returning the delegation of a file: %v (the server takes it back at the lease's end)", err)
 	}

@@ -23,12 +23,12 @@ import (
 //     without any event in its parent) stay valid too, if they were
 //     fetched after the delegation was granted.
 //
-// The kernel keeps the directory's attributes and names for their usual
-// lifetime (a recall drops its listing and the names it holds absent, as
-// the core's own changes do), but is given no lifetime for the entries'
-// attributes that the delegation alone vouches for (it asks us each
-// time, answered without a call), so a recall for another's write ends
-// their trust in the kernel as soon as here. The holder's own
+// The kernel keeps them for their usual lifetime too; a return first
+// drops the kernel's listing and names (as the core's
+// own changes do; queued) and, before the DELEGRETURN, the entries' attributes
+// (InvalidateAttrsNow): another client's change waits for the return.
+// Attributes cached before a recall are invalid even within their own
+// lifetime (the recall may be for a change of them). The holder's own
 // changes keep the delegation: their replies update the caches as always.
 // A CB_NOTIFY drops what it names: an entry's attributes, or the
 // directory's attributes for a name added, removed or renamed (its next
@@ -171,7 +171,6 @@ func (fs *FS) keepDirDeleg(dir *inode, c *Cred, d proto.DirDelegation, at time.T
 	}
 	fs.dl.mu.Unlock()
 	if evict != nil {
-		fs.undelegate(evict)
 		fs.returnDelegAsync(evict)
 	}
 }
@@ -211,20 +210,37 @@ func (fs *FS) touchDirDeleg(dir *inode) {
 func (fs *FS) undelegateDir(h *heldDeleg) {
 	endDirTrust(h.n, h.dir, fs.now()) // whatever ended it: what it alone kept is fetched again
 	fs.expireAttr(h.n)
-	// The kernel's copy of the listing, and the names it holds absent
-	// (another's create may be what recalled it).
+	// The kernel's copy of the listing, and its names (another's create,
+	// remove or rename may be what recalled it).
 	fs.notify.InvalidateData(h.n.id)
-	var absent []string
+	var names []string
 	h.n.mu.Lock()
-	for name, d := range h.n.names {
-		if d.node == 0 {
-			absent = append(absent, name)
+	for name := range h.n.names {
+		names = append(names, name)
+	}
+	h.n.mu.Unlock()
+	for _, name := range names {
+		fs.notify.InvalidateEntry(h.n.id, name)
+	}
+}
+
+// forgetChildrenNow makes the kernel forget the attributes of dir's
+// entries before h, dir's delegation, goes back: another client's change
+// of one waits for the return, and the kernel was let keep them past
+// their lifetime. From the return's goroutine only.
+func (fs *FS) forgetChildrenNow(h *heldDeleg) {
+	if !h.dir.childAttrs {
+		return
+	}
+	var ids []NodeID
+	h.n.mu.Lock()
+	for _, d := range h.n.names {
+		if d.node != 0 {
+			ids = append(ids, d.node)
 		}
 	}
 	h.n.mu.Unlock()
-	for _, name := range absent {
-		fs.notify.InvalidateEntry(h.n.id, name)
-	}
+	fs.notify.InvalidateAttrsNow(ids)
 }
 
 // expireAttr makes n's cached attributes expired: replies to calls sent
