@@ -13,6 +13,12 @@ type LinuxData struct {
 	Server string                 `json:"server"`
 	Notes  string                 `json:"notes"`
 	Phases map[string]*LinuxPhase `json:"phases"`
+	// V41 are the same client's figures over NFSv4.1 against the same
+	// ganesha, V41Serve against `hushfs serve` (COMPOUNDs, counted by
+	// their main operation as mountstats does); either RTT may be missing.
+	V41      map[string]*LinuxPhase `json:"v41,omitempty"`
+	V41Serve map[string]*LinuxPhase `json:"v41_hushfs_serve,omitempty"`
+	V41Notes string                 `json:"v41_notes,omitempty"`
 }
 
 // LinuxPhase is one phase's figures at RTT 0 and 10 ms.
@@ -50,16 +56,47 @@ func loadLinux(path string) (*LinuxData, error) {
 			return nil, fmt.Errorf("Linux client data %s: phase %q lacks rtt0 or rtt10", path, id)
 		}
 	}
+	for id, p := range d.V41 {
+		if p == nil || (p.RTT0 == nil && p.RTT10 == nil) {
+			return nil, fmt.Errorf("Linux client data %s: v4.1 phase %q has no figure", path, id)
+		}
+	}
+	for id, p := range d.V41Serve {
+		if p == nil || (p.RTT0 == nil && p.RTT10 == nil) {
+			return nil, fmt.Errorf("Linux client data %s: v4.1 phase %q against hushfs serve has no figure", path, id)
+		}
+	}
 	return &d, nil
 }
 
-// figure returns the Linux figure for a phase at an RTT, if there is one
-// (the data covers 0 and 10 ms).
-func (d *LinuxData) figure(id string, rttMs float64) *LinuxFigure {
-	if d == nil {
+// figureVers is the Linux figure against ganesha for a phase over an NFS
+// version ("" or "3": NFSv3).
+func (d *LinuxData) figureVers(id string, rttMs float64, vers string) *LinuxFigure {
+	if vers == "" || vers == "3" {
+		return d.figure(id, rttMs)
+	}
+	if d == nil || vers != "4.1" {
 		return nil
 	}
-	p := d.Phases[id]
+	return pick(d.V41[id], rttMs)
+}
+
+// phaseFigure is the Linux figure to set beside a phase: the same server,
+// NFS version and RTT, if Linux was measured so.
+func (d *LinuxData) phaseFigure(p *Phase) *LinuxFigure {
+	switch {
+	case d == nil:
+		return nil
+	case p.Server == "ganesha":
+		return d.figureVers(p.ID, p.RTTms, p.Vers)
+	case p.Server == "hushfs" && p.Vers == "4.1":
+		return pick(d.V41Serve[p.ID], p.RTTms)
+	}
+	return nil
+}
+
+// pick is a phase's figure at an RTT (0 or 10 ms), if there is one.
+func pick(p *LinuxPhase, rttMs float64) *LinuxFigure {
 	if p == nil {
 		return nil
 	}
@@ -70,6 +107,15 @@ func (d *LinuxData) figure(id string, rttMs float64) *LinuxFigure {
 		return p.RTT10
 	}
 	return nil
+}
+
+// figure returns the Linux figure for a phase at an RTT, if there is one
+// (the data covers 0 and 10 ms).
+func (d *LinuxData) figure(id string, rttMs float64) *LinuxFigure {
+	if d == nil {
+		return nil
+	}
+	return pick(d.Phases[id], rttMs)
 }
 
 // wall returns the Linux wall time at 10 ms for a phase, if known.

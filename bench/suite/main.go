@@ -42,6 +42,7 @@ type config struct {
 	quick     bool
 	rtts      []time.Duration
 	servers   []string
+	vers      []string // NFS versions mounted: "3", "4.1"
 	workloads []string
 	out       string        // results directory
 	latest    string        // also copy the results here ("" for none)
@@ -70,6 +71,7 @@ var quickSizes = sizes{lsFiles: 2_000, treeDirs: 20, treeFiles: 50, ddMiB: 8, se
 
 var allWorkloads = []string{"lua", "ls", "rmrf", "write", "untar", "git", "zlib"}
 var allServers = []string{"ganesha", "hushfs"}
+var allVers = []string{"3", "4.1"}
 
 func main() {
 	os.Exit(run())
@@ -77,7 +79,7 @@ func main() {
 
 func run() int {
 	var c config
-	var rtts, servers string
+	var rtts, servers, vers string
 	flag.StringVar(&c.bin, "hushfs", "bin/hushfs", "the hushfs binary")
 	flag.StringVar(&c.luaTar, "lua-tar", "bench/.cache/lua5.4_5.4.4.orig.tar.gz", "lua 5.4.4 source tarball")
 	flag.StringVar(&c.cache, "cache", "bench/.cache", "directory of the source tarballs (sqlite, busybox, zlib) and the git repositories made from them")
@@ -86,6 +88,7 @@ func run() int {
 	flag.BoolVar(&c.quick, "quick", false, "short mode for CI: hushfs serve only, RTT 0, smaller sizes; asserts the deterministic RPC counts")
 	flag.StringVar(&rtts, "rtt", "", "comma-separated round trip times the proxy adds (default 0,10ms; 0 with --quick)")
 	flag.StringVar(&servers, "servers", "", "comma-separated servers: ganesha, hushfs (default both; hushfs with --quick)")
+	flag.StringVar(&vers, "vers", "3", "comma-separated NFS versions to mount: 3, 4.1 (each workload runs over each)")
 	flag.StringVar(&c.out, "out", "", "results directory (default bench/results/DATE, bench/results/tmp/quick with --quick)")
 	flag.StringVar(&c.latest, "latest", "", "directory that also receives the results (default bench/results/latest for a full run of everything)")
 	flag.StringVar(&c.commit, "commit", "", "what code is measured, for the report (default: git describe --always --dirty)")
@@ -98,7 +101,7 @@ func run() int {
 	render := flag.String("render", "", "only rewrite results.md and chart.svg in this results directory from its results.json")
 	flag.Parse()
 	if *render != "" {
-		if err := rerender(*render); err != nil {
+		if err := rerender(*render, c.linuxPath); err != nil {
 			fmt.Fprintf(os.Stderr, "suite: %v\n", err)
 			return 1
 		}
@@ -138,6 +141,18 @@ func run() int {
 		}
 		c.servers = append(c.servers, s)
 	}
+	for _, v := range strings.Split(vers, ",") {
+		v = strings.TrimSpace(v)
+		if v == "4" {
+			v = "4.1" // as mount's vers=4
+		}
+		if !slices.Contains(allVers, v) {
+			fmt.Fprintf(os.Stderr, "suite: unknown NFS version %q (want 3 or 4.1)\n", v)
+			return 2
+		}
+		c.vers = append(c.vers, v)
+	}
+	full = full && len(c.vers) == 1 && c.vers[0] == "3"
 	c.workloads = flag.Args()
 	if len(c.workloads) == 0 {
 		c.workloads = allWorkloads
@@ -219,8 +234,8 @@ func run() int {
 // count disagreed, or (in quick mode) an asserted RPC count differed.
 func (s *suite) runAll() int {
 	c := s.cfg
-	s.logf("hushfs benchmark suite: %s mode, servers %s, RTT %s, workloads %s; results in %s",
-		map[bool]string{true: "quick", false: "full"}[c.quick], strings.Join(c.servers, ","),
+	s.logf("hushfs benchmark suite: %s mode, NFS versions %s, servers %s, RTT %s, workloads %s; results in %s",
+		map[bool]string{true: "quick", false: "full"}[c.quick], strings.Join(c.vers, ","), strings.Join(c.servers, ","),
 		rttList(c.rtts), strings.Join(c.workloads, ","), c.out)
 	ok := harness.Run(func(t *harness.Program) {
 		s.prepare(t)
@@ -234,10 +249,14 @@ func (s *suite) runAll() int {
 		for _, server := range c.servers {
 			for _, rtt := range c.rtts {
 				for _, w := range c.workloads {
-					if s.ctx.Err() != nil {
-						return
+					// Each version right after the other: the two
+					// runs of a workload see the same machine load.
+					for _, v := range c.vers {
+						if s.ctx.Err() != nil {
+							return
+						}
+						s.runWorkload(server, v, rtt, w)
 					}
-					s.runWorkload(server, rtt, w)
 				}
 			}
 		}

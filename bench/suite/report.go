@@ -51,7 +51,10 @@ func ordered(phases []*Phase) []*Phase {
 		if a.RTTms != b.RTTms {
 			return a.RTTms < b.RTTms
 		}
-		return serverOrder[a.Server] < serverOrder[b.Server]
+		if a.Server != b.Server {
+			return serverOrder[a.Server] < serverOrder[b.Server]
+		}
+		return a.v3() && !b.v3()
 	})
 	return out
 }
@@ -189,13 +192,25 @@ func ratioCell(p *Phase, fig *LinuxFigure) string {
 }
 
 func rpcCell(p *Phase) string {
+	ops := ""
+	if !p.v3() && p.OpsTotal() > 0 {
+		ops = " (" + benchfmt.Commas(p.OpsTotal()) + " ops)" // a COMPOUND's operations
+	}
 	switch p.Status {
 	case "ok":
-		return benchfmt.Commas(p.Total())
+		return benchfmt.Commas(p.Total()) + ops
 	case "timeout":
-		return "≥ " + benchfmt.Commas(p.Total())
+		return "≥ " + benchfmt.Commas(p.Total()) + ops
 	}
 	return "—"
+}
+
+// serverCell names the phase's server, and the NFS version unless 3.
+func serverCell(p *Phase) string {
+	if p.v3() {
+		return serverTitle[p.Server]
+	}
+	return serverTitle[p.Server] + " v" + p.Vers
 }
 
 func resultCell(p *Phase) string {
@@ -244,10 +259,9 @@ func table(r *Report) string {
 		if setupPhases[p.ID] {
 			continue
 		}
-		var fig *LinuxFigure
+		fig := r.Linux.phaseFigure(p)
 		lw := ""
-		if p.Server == "ganesha" {
-			fig = r.Linux.figure(p.ID, p.RTTms)
+		if p.Server == "ganesha" && p.v3() {
 			lw = r.Linux.wall(p.ID, p.RTTms)
 		}
 		wall, user, sys := "", "", ""
@@ -264,7 +278,7 @@ func table(r *Report) string {
 			top = topProcs(p, 4)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			p.Workload, esc(p.Label), serverTitle[p.Server], rttCell(p.RTTms), rpcCell(p), esc(top),
+			p.Workload, esc(p.Label), serverCell(p), rttCell(p.RTTms), rpcCell(p), esc(top),
 			linuxCell(fig), ratioCell(p, fig), wall, user, sys, lw, esc(agreeCell(p)), esc(resultCell(p)))
 	}
 	return b.String()
@@ -284,7 +298,7 @@ func throughputTable(r *Report) string {
 		if p.Server == "ganesha" {
 			lw = r.Linux.wall(p.ID, p.RTTms)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s MiB | %s | %.0f | %s | %s | %s |\n", esc(p.Label), serverTitle[p.Server],
+		fmt.Fprintf(&b, "| %s | %s | %s | %s MiB | %s | %.0f | %s | %s | %s |\n", esc(p.Label), serverCell(p),
 			rttCell(p.RTTms), benchfmt.Commas(uint64(p.Bytes>>20)), dur(p.WallS), p.MBps, lw, mib(p.MountPeakRSSKiB), esc(topProcs(p, 3)))
 	}
 	return b.String()
@@ -304,6 +318,7 @@ func summary(r *Report) string {
 	type key struct {
 		label string
 		rtt   float64
+		vers  string
 	}
 	var keys []key
 	rows := map[key]map[string]*Phase{}
@@ -311,7 +326,11 @@ func summary(r *Report) string {
 		if setupPhases[p.ID] {
 			continue
 		}
-		k := key{p.Label, p.RTTms}
+		vers := p.Vers
+		if p.v3() {
+			vers = ""
+		}
+		k := key{p.Label, p.RTTms, vers}
 		if rows[k] == nil {
 			rows[k] = map[string]*Phase{}
 			keys = append(keys, k)
@@ -340,15 +359,21 @@ func summary(r *Report) string {
 		for _, p := range rows[k] {
 			id = p.ID
 		}
-		fig := r.Linux.figure(id, k.rtt)
+		fig := r.Linux.figureVers(id, k.rtt, k.vers)
 		gr, gw := cell(g)
 		hr, hw := cell(h)
 		ratio := ""
 		if g != nil {
 			ratio = ratioCell(g, fig)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", esc(k.label), rttCell(k.rtt), gr, hr,
-			linuxCell(fig), ratio, gw, hw, r.Linux.wall(id, k.rtt))
+		label, lw := k.label, ""
+		if k.vers != "" {
+			label += " (v" + k.vers + ")"
+		} else {
+			lw = r.Linux.wall(id, k.rtt)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", esc(label), rttCell(k.rtt), gr, hr,
+			linuxCell(fig), ratio, gw, hw, lw)
 	}
 	return b.String()
 }
@@ -380,7 +405,7 @@ func everydayTable(r *Report) string {
 		if !p.Agree && p.Status != "not run" && p.Status != "failed" {
 			procs += " (proxy ≠ stats: " + p.AgreeDetail + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", esc(p.Label), serverTitle[p.Server],
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", esc(p.Label), serverCell(p),
 			rttCell(p.RTTms), local, wall, ratio, rpcCell(p), esc(procs), esc(resultCell(p)))
 	}
 	return b.String()
@@ -400,7 +425,7 @@ func setupTable(r *Report) string {
 			wall = dur(p.WallS)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.Workload, esc(p.Label),
-			serverTitle[p.Server], rttCell(p.RTTms), rpcCell(p), esc(topProcs(p, 4)), wall, esc(agreeCell(p)), esc(resultCell(p)))
+			serverCell(p), rttCell(p.RTTms), rpcCell(p), esc(topProcs(p, 4)), wall, esc(agreeCell(p)), esc(resultCell(p)))
 	}
 	return b.String()
 }
@@ -485,6 +510,9 @@ func markdown(r *Report) string {
 		b.WriteString("Calls per procedure from `hushfs stats` (the proxy agreed unless marked). A mount's wall time is one run: noisy on a shared machine.\n\n")
 		b.WriteString(everydayTable(r))
 	}
+	if slices.ContainsFunc(r.Phases, func(p *Phase) bool { return !p.v3() }) {
+		b.WriteString(v41Section(r))
+	}
 	if len(r.Local) > 0 {
 		b.WriteString("\n## The same work on local disk\n\n")
 		b.WriteString(localTable(r))
@@ -514,7 +542,7 @@ func markdown(r *Report) string {
 	for _, p := range ordered(r.Phases) {
 		if p.Status == "timeout" {
 			timeouts = append(timeouts, fmt.Sprintf("- %s %s, %s, RTT %s: %s (%s)", p.Workload, p.Label,
-				serverTitle[p.Server], rttCell(p.RTTms), p.Check, topProcs(p, 4)))
+				serverCell(p), rttCell(p.RTTms), p.Check, topProcs(p, 4)))
 		}
 	}
 	if len(timeouts) > 0 {
@@ -579,7 +607,7 @@ func chart(r *Report) string {
 	}
 	find := func(id, server string, rtt float64) *Phase {
 		for _, p := range r.Phases {
-			if p.ID == id && p.Server == server && p.RTTms == rtt {
+			if p.ID == id && p.Server == server && p.RTTms == rtt && p.v3() {
 				return p
 			}
 		}

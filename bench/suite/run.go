@@ -3,25 +3,20 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"hushfs/bench/benchfmt"
-	"hushfs/internal/nfs3"
 	"hushfs/test/harness"
 )
 
@@ -32,9 +27,10 @@ type wrun struct {
 	s        *suite
 	t        *harness.Program
 	server   string
+	vers     string // NFS version mounted: "3" or "4.1"
 	rtt      time.Duration
 	workload string
-	tag      string // "[ganesha rtt=10ms] lua", for messages
+	tag      string // "[ganesha v4.1 rtt=10ms] lua", for messages
 
 	work       string
 	export     string // the exported directory, on local disk
@@ -53,9 +49,9 @@ type wrun struct {
 
 // runWorkload runs one workload with fresh processes and records its
 // phases; whatever happens, everything it started is gone when it returns.
-func (s *suite) runWorkload(server string, rtt time.Duration, workload string) {
-	r := &wrun{s: s, server: server, rtt: rtt, workload: workload,
-		tag: fmt.Sprintf("[%s rtt=%s] %s", server, rttName(rtt), workload)}
+func (s *suite) runWorkload(server, vers string, rtt time.Duration, workload string) {
+	r := &wrun{s: s, server: server, vers: vers, rtt: rtt, workload: workload,
+		tag: fmt.Sprintf("[%s%s rtt=%s] %s", server, versTag(vers), rttName(rtt), workload)}
 	start := time.Now()
 	var declared []phaseName
 	recorded := map[string]bool{}
@@ -107,9 +103,21 @@ func (s *suite) runWorkload(server string, rtt time.Duration, workload string) {
 }
 
 func (r *wrun) newPhase(pn phaseName) *Phase {
-	return &Phase{Workload: r.workload, ID: pn.id, Label: pn.label, Server: r.server,
+	return &Phase{Workload: r.workload, ID: pn.id, Label: pn.label, Server: r.server, Vers: r.vers,
 		RTTms: float64(r.rtt) / float64(time.Millisecond)}
 }
+
+// versTag names a version in messages: nothing for NFSv3 (as before
+// there was a choice), " v4.1" for the other.
+func versTag(vers string) string {
+	if vers == "" || vers == "3" {
+		return ""
+	}
+	return " v" + vers
+}
+
+// v41 reports whether the run mounts over NFSv4.1.
+func (r *wrun) v41() bool { return r.vers == "4.1" }
 
 func (r *wrun) startServer() {
 	switch r.server {
@@ -123,7 +131,8 @@ func (r *wrun) startServer() {
 		r.mountPort, _ = strconv.Atoi(port)
 		r.exportPath = sv.ExportPath
 	case "ganesha":
-		g := harness.StartGanesha(r.t, harness.GaneshaOptions{ExportDir: r.export})
+		// NFSv4 only where it is measured: the v3 runs stay as they were.
+		g := harness.StartGanesha(r.t, harness.GaneshaOptions{ExportDir: r.export, NFSv4: r.v41()})
 		r.ns = g.NS
 		r.target = net.JoinHostPort(g.Addr, strconv.Itoa(g.NFSPort))
 		r.mountPort = g.MountPort
@@ -217,9 +226,15 @@ func (r *wrun) mount() *harness.Mount {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		r.t.Fatalf("%s: %v", r.tag, err)
 	}
+	opts := fmt.Sprintf("port=%s,mountport=%d,%s", r.proxyPort, r.mountPort, r.s.cfg.mountOpts)
+	if r.v41() {
+		// No MOUNT protocol: the session and the path walk go through
+		// the proxy too.
+		opts = fmt.Sprintf("vers=4.1,port=%s,%s", r.proxyPort, r.s.cfg.mountOpts)
+	}
 	return harness.StartMount(r.t, harness.MountSpec{
 		Bin: r.s.cfg.bin, Server: "127.0.0.1", Export: r.exportPath, Dir: dir,
-		Options: strings.TrimSuffix(fmt.Sprintf("port=%s,mountport=%d,%s", r.proxyPort, r.mountPort, r.s.cfg.mountOpts), ","),
+		Options: strings.TrimSuffix(opts, ","),
 		NS:      r.ns,
 	})
 }
@@ -559,152 +574,6 @@ func (r *wrun) resetCounts(m *harness.Mount) error {
 		return fmt.Errorf("hushfs proxy counts --reset: %w: %s", err, strings.TrimSpace(out))
 	}
 	return nil
-}
-
-// statsJSON is the part of `hushfs stats --json` the suite reads: calls
-// and transmissions per procedure (NFS procedures by name, MOUNT: and
-// PORTMAP: prefixed).
-type statsJSON struct {
-	Ops map[string]struct {
-		Ops           uint64 `json:"ops"`
-		Transmissions uint64 `json:"transmissions"`
-	} `json:"ops"`
-}
-
-// proxyJSON is the part of `hushfs proxy counts --json` the suite reads.
-type proxyJSON struct {
-	Calls         map[string]uint64 `json:"calls"` // "prog/vers/proc"
-	WriteStable   map[string]uint64 `json:"write_stable"`
-	Commits       uint64            `json:"commits"`
-	UnparsedCalls uint64            `json:"unparsed_calls"`
-}
-
-func (r *wrun) readStats(m *harness.Mount) (*statsJSON, error) {
-	out, err := harness.RunHushfs(r.s.cfg.bin, 15*time.Second, "stats", m.Dir, "--json")
-	if err != nil {
-		return nil, fmt.Errorf("hushfs stats: %w: %s", err, strings.TrimSpace(out))
-	}
-	var snap statsJSON
-	if err := json.Unmarshal([]byte(out), &snap); err != nil {
-		return nil, fmt.Errorf("hushfs stats --json: %w: %q", err, tailString(out, 200))
-	}
-	return &snap, nil
-}
-
-func (r *wrun) readProxy() (*proxyJSON, error) {
-	out, err := harness.RunHushfs(r.s.cfg.bin, 15*time.Second, "proxy", "counts", "--control", r.ctl, "--json")
-	if err != nil {
-		return nil, fmt.Errorf("hushfs proxy counts: %w: %s", err, strings.TrimSpace(out))
-	}
-	var c proxyJSON
-	if err := json.Unmarshal([]byte(out), &c); err != nil {
-		return nil, fmt.Errorf("hushfs proxy counts: %w: %q", err, tailString(out, 200))
-	}
-	return &c, nil
-}
-
-// fill reads both counters into p, rereading for up to 3 s while they
-// disagree: calls still in flight when the workload exited (or was killed)
-// are in the proxy's count, taken on arrival, before they are in the
-// client's, taken on completion.
-func (r *wrun) fill(p *Phase, m *harness.Mount) {
-	for i := range 30 {
-		if i > 0 {
-			time.Sleep(100 * time.Millisecond)
-		}
-		snap, serr := r.readStats(m)
-		pc, perr := r.readProxy()
-		setCounts(p, snap, serr, pc, perr)
-		if p.Agree {
-			return
-		}
-	}
-}
-
-var stableNames = map[string]string{
-	strconv.Itoa(int(nfs3.Unstable)): "UNSTABLE", strconv.Itoa(int(nfs3.DataSync)): "DATA_SYNC", strconv.Itoa(int(nfs3.FileSync)): "FILE_SYNC",
-}
-
-// setCounts fills p's counts from the two readings and compares them.
-func setCounts(p *Phase, snap *statsJSON, serr error, pc *proxyJSON, perr error) {
-	p.Stats, p.StatsTotal, p.StatsTransmissions = nil, 0, nil
-	p.Proxy, p.ProxyTotal, p.ProxyOther = nil, 0, nil
-	p.WriteStable, p.Commits = map[string]uint64{}, 0
-	if snap != nil {
-		p.Stats = map[string]uint64{}
-		for name, o := range snap.Ops {
-			if strings.Contains(name, ":") || name == "OTHER" || o.Ops == 0 {
-				continue // MOUNT and PORTMAP calls do not go through the proxy
-			}
-			p.Stats[name] = o.Ops
-			p.StatsTotal += o.Ops
-			if o.Transmissions != o.Ops {
-				if p.StatsTransmissions == nil {
-					p.StatsTransmissions = map[string]uint64{}
-				}
-				p.StatsTransmissions[name] = o.Transmissions
-			}
-		}
-	}
-	if pc != nil {
-		p.Proxy = map[string]uint64{}
-		for k, n := range pc.Calls {
-			if n == 0 {
-				continue
-			}
-			var prog, vers, proc uint32
-			if _, err := fmt.Sscanf(k, "%d/%d/%d", &prog, &vers, &proc); err == nil && prog == nfs3.Program && vers == nfs3.Version {
-				p.Proxy[nfs3.ProcName(proc)] += n
-				p.ProxyTotal += n
-				continue
-			}
-			if p.ProxyOther == nil {
-				p.ProxyOther = map[string]uint64{}
-			}
-			p.ProxyOther[k] += n
-		}
-		for how, n := range pc.WriteStable {
-			name, ok := stableNames[how]
-			if !ok {
-				name = "stable_how=" + how
-			}
-			p.WriteStable[name] += n
-		}
-		p.Commits = pc.Commits
-	}
-	var diffs []string
-	if serr != nil {
-		diffs = append(diffs, serr.Error())
-	}
-	if perr != nil {
-		diffs = append(diffs, perr.Error())
-	}
-	if snap != nil && pc != nil {
-		names := slices.Collect(maps.Keys(p.Stats))
-		for n := range p.Proxy {
-			if _, ok := p.Stats[n]; !ok {
-				names = append(names, n)
-			}
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			if a, b := p.Stats[n], p.Proxy[n]; a != b {
-				d := fmt.Sprintf("%s stats %d proxy %d", n, a, b)
-				if t, ok := p.StatsTransmissions[n]; ok {
-					d += fmt.Sprintf(" (stats transmissions %d)", t)
-				}
-				diffs = append(diffs, d)
-			}
-		}
-		for k, n := range p.ProxyOther {
-			diffs = append(diffs, fmt.Sprintf("proxy saw %d calls of %s", n, k))
-		}
-		if pc.UnparsedCalls > 0 {
-			diffs = append(diffs, fmt.Sprintf("proxy could not parse %d calls", pc.UnparsedCalls))
-		}
-	}
-	p.Agree = len(diffs) == 0
-	p.AgreeDetail = strings.Join(diffs, "; ")
 }
 
 // startChurn creates dir/.churn-N and removes dir/.churn-(N-1) every 10 ms,

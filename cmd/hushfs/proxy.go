@@ -130,6 +130,24 @@ func printCounts(w io.Writer, c proxy.Counts) {
 	for _, k := range keys {
 		fmt.Fprintf(w, "%-20s %10d\n", k.Name(), c.Calls[k])
 	}
+	// A COMPOUND's operations, apart from the calls: each COMPOUND is
+	// one call (one round trip) carrying several of them.
+	if len(c.NFS4Ops) > 0 {
+		var ops uint64
+		for _, n := range c.NFS4Ops {
+			ops += n
+		}
+		fmt.Fprintf(w, "operations in NFS4 COMPOUNDs %d\n", ops)
+		for _, op := range slices.Sorted(maps.Keys(c.NFS4Ops)) {
+			fmt.Fprintf(w, "  %-18s %10d\n", "NFS4 "+op, c.NFS4Ops[op])
+		}
+	}
+	if c.BackCalls+c.BackReplies > 0 {
+		fmt.Fprintf(w, "calls from the target on clients' connections (callbacks) %d, their replies %d\n", c.BackCalls, c.BackReplies)
+	}
+	if c.NFS4Incomplete > 0 {
+		fmt.Fprintf(w, "NFS4 COMPOUNDs whose operations could not all be read: %d\n", c.NFS4Incomplete)
+	}
 	if len(c.WriteStable) > 0 {
 		var parts []string
 		for _, how := range slices.Sorted(maps.Keys(c.WriteStable)) {

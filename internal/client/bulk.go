@@ -64,6 +64,7 @@ type dirBulk struct {
 	visitWalk bool      // and whether it was in a walk
 	walkSeen  uint64    // the walk it was visited in
 	aheadIn   uint64    // the walk it was read ahead for
+	listedIn  uint64    // the walk it was enumerated in
 	chain     int       // enumerated directories down to this one, each soon after its parent
 	kids      int       // subdirectories enumerated since this one was
 	lastKid   NodeID    // the last of them
@@ -84,6 +85,10 @@ func (dir *inode) bulkLocked() *dirBulk {
 type dirRefresh struct {
 	done chan struct{} // closed when the pass ends
 	err  error         // why it ended early; set before done is closed
+	// wanted is closed when someone first waits for the pass: a read-ahead
+	// one may be held by the protocol until then (proto.WithAhead).
+	wanted   chan struct{}
+	wantOnce sync.Once
 
 	mu       sync.Mutex
 	progress chan struct{} // GUARDED_BY(mu): closed and replaced as each reply is applied
@@ -97,10 +102,14 @@ func (r *dirRefresh) advance() {
 	r.mu.Unlock()
 }
 
+// want says someone waits for the pass.
+func (r *dirRefresh) want() { r.wantOnce.Do(func() { close(r.wanted) }) }
+
 // wait returns once ready() holds or the pass has ended. It returns the
 // pass's error only if the server could not be reached (a caller falling
 // back to its own call would wait for a major timeout again), or ctx's.
 func (r *dirRefresh) wait(ctx context.Context, ready func() bool) error {
+	r.want()
 	for {
 		r.mu.Lock()
 		ch := r.progress
@@ -294,7 +303,7 @@ func (fs *FS) startRefresh(ctx context.Context, c *Cred, dir *inode, ahead uint6
 		fs.bg.Done()
 		return r, false
 	}
-	r = &dirRefresh{done: make(chan struct{}), progress: make(chan struct{})}
+	r = &dirRefresh{done: make(chan struct{}), progress: make(chan struct{}), wanted: make(chan struct{})}
 	b.refresh = r
 	b.enumAt, b.kids, b.lastKid = fs.now(), 0, 0
 	if ahead != 0 {
@@ -310,7 +319,7 @@ func (fs *FS) startRefresh(ctx context.Context, c *Cred, dir *inode, ahead uint6
 	go func() {
 		defer fs.bg.Done()
 		defer fs.passes.Add(-1)
-		err := fs.runRefresh(rctx, &cred, dir, r)
+		err := fs.runRefresh(rctx, &cred, dir, r, ahead != 0)
 		dir.mu.Lock()
 		b.refresh = nil
 		if err != nil {
@@ -327,8 +336,10 @@ func (fs *FS) startRefresh(ctx context.Context, c *Cred, dir *inode, ahead uint6
 // runRefresh reads dir from cookie 0 to the end with READDIRPLUS, as a
 // listing pass does (the same loop checks; a complete pass becomes the
 // directory's complete listing), applying each reply's attributes to the
-// nodes the kernel holds.
-func (fs *FS) runRefresh(ctx context.Context, c *Cred, dir *inode, r *dirRefresh) error {
+// nodes the kernel holds. A read-ahead pass's first call is marked so
+// (proto.WithAhead): the protocol may send it with another call, or hold
+// it until someone waits; the rest of a long listing is read as usual.
+func (fs *FS) runRefresh(ctx context.Context, c *Cred, dir *inode, r *dirRefresh, ahead bool) error {
 	d := &openDir{node: dir, seen: map[uint64]struct{}{}, asked: map[uint64]struct{}{}, listing: fs.cachingNames()}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -336,7 +347,11 @@ func (fs *FS) runRefresh(ctx context.Context, c *Cred, dir *inode, r *dirRefresh
 	d.pending = fs.beginPendingLocked(dir)
 	dir.mu.Unlock()
 	for !d.eof {
-		if err := fs.fetchDir(ctx, c, d, true); err != nil {
+		fctx := ctx
+		if ahead {
+			fctx, ahead = proto.WithAhead(ctx, r.wanted), false
+		}
+		if err := fs.fetchDir(fctx, c, d, true); err != nil {
 			if errors.Is(err, proto.ErrNotSupp) {
 				fs.noPlus.Store(true) // as Linux does: READDIR and GETATTRs from now on
 			}

@@ -443,3 +443,41 @@ func TestBulkConfirmsNames(t *testing.T) {
 	// The root's and d's own attributes, one LOOKUP before the pass pays.
 	expect(t, "stat of every name after the change", fs, map[string]uint64{"GETATTR": 2, "LOOKUP": 1, "READDIRPLUS": 1})
 }
+
+// TestWalkFresh: find and a stat of every file (grep -r's path walk) on a
+// fresh mount: the walk reads ahead directories never listed, and a
+// listing read ahead gives the kernel its entries with nodes, so each
+// directory costs its one READDIRPLUS (most of them read ahead) and no
+// file a LOOKUP or GETATTR. (Before, none was read ahead; without nodes
+// from the listing each file was a LOOKUP.)
+func TestWalkFresh(t *testing.T) {
+	ts := startServer(t)
+	dirs := walkTree(t, ts.dir)
+	fs, clk := ts.mountClocked(t, "")
+	k := newKernel(t, fs, clk)
+	var walk func(path string)
+	walk = func(path string) {
+		names, sub := k.list(path)
+		for _, name := range names {
+			if sub[name] {
+				walk(path + "/" + name)
+			} else {
+				k.stat(path + "/" + name)
+			}
+		}
+	}
+	calls(fs)
+	walk("top")
+	settle(t, fs)
+	s := fs.Stats().Snapshot()
+	got := calls(fs)
+	ahead := s.Origins["readahead"]["READDIRPLUS"]
+	t.Logf("%d directories: %v, %d READDIRPLUS read ahead", dirs, got, ahead)
+	// The LOOKUP is of top itself: the root was never listed.
+	if want := map[string]uint64{"LOOKUP": 1, "READDIRPLUS": uint64(dirs)}; !maps.Equal(got, want) {
+		t.Errorf("NFS calls %v, want %v", got, want)
+	}
+	if ahead < uint64(dirs)*3/4 {
+		t.Errorf("%d of %d directories read ahead, want most", ahead, dirs)
+	}
+}

@@ -56,6 +56,7 @@ type plusData struct {
 	attr   proto.Attr
 	at     time.Time
 	dirVer *dirVersion // the directory's version in the reply, if it had one
+	drops  uint64      // the node table's dropCount when the call was sent (0: unknown)
 }
 
 // openDir is one open directory stream.
@@ -197,7 +198,7 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 			}
 			if !emit(e) {
 				if n != nil {
-					fs.nodes.forget(n.id, 1)
+					fs.nodes.unref(n.id)
 				}
 				return nil
 			}
@@ -213,6 +214,7 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 		}
 		if d.eof {
 			fs.passEndedLocked(d)
+			fs.walkOn(d.node, !d.cached)
 			return nil
 		}
 		if err := fs.fetchDir(ctx, c, d, plus); err != nil {
@@ -297,6 +299,7 @@ func (fs *FS) startPass(ctx context.Context, c *Cred, d *openDir, plus bool) err
 		r := dir.bulk.refresh
 		dir.mu.Unlock()
 		if r != nil {
+			r.want()
 			select {
 			case <-r.done:
 			case <-ctx.Done():
@@ -341,14 +344,16 @@ func (fs *FS) startPass(ctx context.Context, c *Cred, d *openDir, plus bool) err
 // listing served from the complete listing (cached) carries attributes
 // from when it was read, or from the CREATE that added the name, and the
 // file may have changed through its node since. So a cached entry is
-// given attributes only while its node is still in the table, and only if
-// they are not known to have changed after the data was read; otherwise
+// given attributes only while its node is still in the table (or, for a
+// file that had none, while no node has left the table since the data was
+// read: a listing read ahead of a walk), and only if they are not known to
+// have changed after the data was read; otherwise
 // it goes without a node (nil, e.Entry zero), as a plain entry, and the
 // kernel looks the name up when it needs it.
 func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData, cached bool) *inode {
 	var n *inode
 	if cached {
-		n = fs.nodes.refExisting(p.fh)
+		n = fs.nodes.refListed(p.fh, p.drops)
 	} else {
 		n = fs.nodes.ref(p.fh)
 	}
@@ -367,7 +372,7 @@ func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData, cached bool) *inod
 	}
 	n.mu.Unlock()
 	if !ok {
-		fs.nodes.forget(n.id, 1)
+		fs.nodes.unref(n.id)
 		e.Entry = Entry{}
 		return nil
 	}

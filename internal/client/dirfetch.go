@@ -83,6 +83,7 @@ func (fs *FS) listingLoop(d *openDir, why string) error {
 // LOCKS_REQUIRED(d.mu)
 func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) error {
 	dir := d.node
+	drops := fs.nodes.dropCount()
 	at := fs.now()
 	from := d.cookie
 	first := from == 0 && !d.restarted // the pass's first call
@@ -163,7 +164,7 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 			case !fs.usableFH(e.FH.FH):
 				badFHs++ // the kernel looks the name up: LOOKUP gets its handle
 			default:
-				p = plusData{fh: append(proto.FH(nil), e.FH.FH...), attr: e.Attr.Attr, at: at, dirVer: ver}
+				p = plusData{fh: append(proto.FH(nil), e.FH.FH...), attr: e.Attr.Attr, at: at, dirVer: ver, drops: drops}
 				pp = &p
 			}
 			plusB = append(plusB, p)

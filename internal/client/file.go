@@ -223,6 +223,9 @@ func (fs *FS) Read(ctx context.Context, c *Cred, fh uint64, off uint64, dst []by
 	if err != nil {
 		return 0, err
 	}
+	if err := fs.checkLocksLost(of); err != nil {
+		return 0, err
+	}
 	n := of.node
 	if got, ok := fs.wb.readLocal(n, off, dst); ok {
 		return got, nil
@@ -377,6 +380,9 @@ func (fs *FS) Write(ctx context.Context, c *Cred, fh uint64, off uint64, data []
 	if err != nil {
 		return 0, err
 	}
+	if err := fs.checkLocksLost(of); err != nil {
+		return 0, err
+	}
 	if fs.maxFileSize > 0 && off+uint64(len(data)) > fs.maxFileSize {
 		return 0, syscall.EFBIG
 	}
@@ -442,7 +448,12 @@ func (fs *FS) Fsync(ctx context.Context, c *Cred, fh uint64) error {
 	if err != nil {
 		return err
 	}
-	return fs.flushSync(ctx, of, false)
+	if err := fs.flushSync(ctx, of, false); err != nil {
+		return err
+	}
+	// Locks lost at a server restart (reclaim.go): the data went out, but
+	// not under the locks the process believes it holds.
+	return fs.checkLocksLost(of)
 }
 
 // Release closes a file handle. At the last close of a file that was

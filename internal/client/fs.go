@@ -158,6 +158,7 @@ func Mount(ctx context.Context, cfg Config) (*FS, error) {
 	fs.life, fs.endLife = context.WithCancel(context.Background())
 	fs.wb = newWriteback(fs)
 	fs.initDelegs(srv) // after life: the idle sweeper runs under it
+	fs.initReclaim(srv)
 	return fs, nil
 }
 

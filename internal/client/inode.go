@@ -95,10 +95,14 @@ type inodeTable struct {
 	byID map[NodeID]*inode
 	byFH map[string]*inode
 	next NodeID
+	// drops counts nodes that left the table (from 1): while it has not
+	// moved, every file the mount holds a node for still has it, so a file
+	// with none was changed through no node since.
+	drops uint64
 }
 
 func newInodeTable(rootFH proto.FH) *inodeTable {
-	t := &inodeTable{byID: map[NodeID]*inode{}, byFH: map[string]*inode{}, next: RootID + 1}
+	t := &inodeTable{byID: map[NodeID]*inode{}, byFH: map[string]*inode{}, next: RootID + 1, drops: 1}
 	root := &inode{id: RootID, fh: append(proto.FH(nil), rootFH...), lookups: 1}
 	root.parent = RootID
 	t.byID[RootID] = root
@@ -142,6 +146,28 @@ func (t *inodeTable) refExisting(fh proto.FH) *inode {
 	}
 	n.lookups++
 	return n
+}
+
+// refListed takes one kernel reference on the node for fh, creating it
+// only if no node left the table since drops was read (dropCount): data
+// read then about a file no node held is still all this mount knows of it.
+// nil otherwise, or if the server called fh stale.
+func (t *inodeTable) refListed(fh proto.FH, drops uint64) *inode {
+	t.mu.Lock()
+	n := t.byFH[string(fh)]
+	create := n == nil && drops != 0 && drops == t.drops
+	t.mu.Unlock()
+	if create {
+		return t.refLive(fh)
+	}
+	return t.refExisting(fh)
+}
+
+// dropCount is the table's count of nodes that left it.
+func (t *inodeTable) dropCount() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.drops
 }
 
 // refLive is ref for a handle from an answer that may predate the
@@ -204,12 +230,30 @@ func (t *inodeTable) forget(id NodeID, n uint64) {
 	t.maybeDropLocked(in)
 }
 
+// unref takes back the reference a listing entry just took, the kernel
+// never having been given it. A node that leaves the table here was made
+// by that very reference (an older one had a reference or an open of its
+// own): nothing went through it, so the drop is not counted.
+func (t *inodeTable) unref(id NodeID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	in := t.byID[id]
+	if in == nil || in.lookups == 0 {
+		return
+	}
+	in.lookups--
+	drops := t.drops
+	t.maybeDropLocked(in)
+	t.drops = drops
+}
+
 // LOCKS_REQUIRED(t.mu)
 func (t *inodeTable) maybeDropLocked(in *inode) {
 	if in.lookups > 0 || in.opens > 0 || in.id == RootID || in.dropped {
 		return
 	}
 	in.dropped = true
+	t.drops++
 	delete(t.byID, in.id)
 	if t.byFH[string(in.fh)] == in {
 		delete(t.byFH, string(in.fh))

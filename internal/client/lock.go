@@ -191,7 +191,8 @@ func (fs *FS) lockOnce(ctx context.Context, c *Cred, of *openFile, no *nodeOpens
 			if ow.locks == nil {
 				ow.locks = lockOwners{}
 			}
-			ow.locks[a.Owner] = struct{}{}
+			start, end := rangeOf(&a)
+			ow.locks[a.Owner] = ow.locks[a.Owner].set(start, end, a.Type)
 			no.vmu.Unlock()
 		}
 		no.mu.Unlock()
@@ -220,10 +221,16 @@ func (fs *FS) unlock(ctx context.Context, c *Cred, of *openFile, no *nodeOpens, 
 	if err != nil {
 		return err
 	}
-	if res.Status == nil && a.Offset == 0 && a.Length == 0 {
-		// All released: its close has nothing to release.
+	if res.Status == nil {
+		// What is left is what a reclaim asks for again; nothing left:
+		// its close has nothing to release.
 		no.vmu.Lock()
-		delete(ow.locks, a.Owner)
+		start, end := rangeOf(&a)
+		if left := ow.locks[a.Owner].clear(start, end); len(left) > 0 {
+			ow.locks[a.Owner] = left
+		} else {
+			delete(ow.locks, a.Owner)
+		}
 		no.vmu.Unlock()
 	}
 	if errors.Is(res.Status, proto.ErrBadState) {

@@ -49,6 +49,10 @@ type ownerOpen struct {
 	held  uint32     // share access the server holds for it
 	count [4]int     // descriptors, by share access (proto.Share*)
 	locks lockOwners // lock owners that took locks under it (lock.go)
+	// locksLost: the server restarted and did not give back locks held
+	// under this open: its descriptors' I/O fails with EIO until they are
+	// all closed (a process must not go on as if it still held them).
+	locksLost bool
 	// viaDeleg: the server holds no open for it; its descriptors (readers)
 	// were opened under the file's read delegation, whose stateid st is
 	// (deleg.go). A real OPEN replaces it before the delegation goes back,
@@ -466,9 +470,13 @@ func (fs *FS) reopenOwnerLocked(ctx context.Context, n *inode, no *nodeOpens, ow
 	no.vmu.Lock()
 	lost := len(ow.locks)
 	ow.st, ow.locks, ow.viaDeleg = st, nil, false
+	if lost > 0 {
+		ow.locksLost = true
+	}
 	no.vmu.Unlock()
 	if lost > 0 {
-		fs.logf("hushfs: node %d: locks of %d lock owners were lost with the old open", n.id, lost)
+		fs.logf("hushfs: node %d: locks of %d lock owners were lost with the old open; I/O of uid %d's descriptors of it fails with EIO until they are closed",
+			n.id, lost, ow.cred.UID)
 	}
 	return st, true
 }
@@ -491,5 +499,6 @@ func (fs *FS) storeAccess(n *inode, c *Cred, granted uint32, at time.Time) {
 		gid: n.attr.GID, ctime: n.attr.Ctime, at: at}
 }
 
-// lockOwners are the kernel's lock owners that took locks under an open.
-type lockOwners map[uint64]struct{}
+// lockOwners are the kernel's lock owners that took locks under an open,
+// with the ranges each holds (lockranges.go).
+type lockOwners map[uint64]lockRanges

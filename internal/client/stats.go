@@ -47,7 +47,10 @@ type Stats struct {
 	start   time.Time
 	ops     map[string]*OpStats          // GUARDED_BY(mu); key: "GETATTR", "MOUNT:MNT", ...
 	origins map[string]map[string]uint64 // GUARDED_BY(mu); origin → procedure → calls
-	resends WriteResends                 // GUARDED_BY(mu)
+	// compoundOps counts the operations inside the calls that carry
+	// several (v4.1 COMPOUNDs), by operation name.
+	compoundOps map[string]uint64 // GUARDED_BY(mu)
+	resends     WriteResends      // GUARDED_BY(mu)
 }
 
 // WriteResends counts the data sent again because a COMMIT's write
@@ -59,7 +62,8 @@ type WriteResends struct {
 }
 
 func newStats() *Stats {
-	return &Stats{start: time.Now(), ops: map[string]*OpStats{}, origins: map[string]map[string]uint64{}}
+	return &Stats{start: time.Now(), ops: map[string]*OpStats{}, origins: map[string]map[string]uint64{},
+		compoundOps: map[string]uint64{}}
 }
 
 // OriginKey is the context key under which a caller names the operation an
@@ -107,6 +111,9 @@ func (s *Stats) observe(c *proto.CallStats) {
 		s.ops[key] = o
 	}
 	o.add(c)
+	for _, op := range c.Ops {
+		s.compoundOps[op]++
+	}
 }
 
 // Snapshot is a copy of the counters at one moment.
@@ -117,6 +124,10 @@ type Snapshot struct {
 	Since   time.Time                    `json:"since"`
 	Ops     map[string]OpStats           `json:"ops"`     // NFS procedures by name; MOUNT:/PORTMAP: prefixed
 	Origins map[string]map[string]uint64 `json:"origins"` // kernel operation → NFS procedure → calls
+	// Operations counts the operations inside calls that carry several
+	// (NFSv4.1 COMPOUNDs, SEQUENCE included) by name; Ops counts each
+	// such call once, under the name of what it does. Absent for NFSv3.
+	Operations map[string]uint64 `json:"operations,omitempty"`
 	// Resends: data sent again after the write verifier changed.
 	Resends WriteResends `json:"write_resends"`
 	// FUSE counts the kernel's requests that reached the mount daemon, by
@@ -136,6 +147,9 @@ func (s *Stats) Snapshot() Snapshot {
 	for o, m := range s.origins {
 		out.Origins[o] = maps.Clone(m)
 	}
+	if len(s.compoundOps) > 0 {
+		out.Operations = maps.Clone(s.compoundOps)
+	}
 	return out
 }
 
@@ -145,6 +159,7 @@ func (s *Stats) Reset() {
 	defer s.mu.Unlock()
 	s.ops = map[string]*OpStats{}
 	s.origins = map[string]map[string]uint64{}
+	s.compoundOps = map[string]uint64{}
 	s.resends = WriteResends{}
 	s.start = time.Now()
 }

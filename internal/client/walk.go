@@ -22,8 +22,7 @@ import (
 // Bounded: at most aheadCalls passes in flight, at most aheadWindow
 // directories read ahead beyond those the walk has visited (so a walk that
 // stops wastes no more), aheadQueue directories waiting, and only
-// directories whose pass is one call and whose entries the kernel holds
-// (nothing to bring up to date otherwise). A walk with no visit for
+// directories whose pass is one call. A walk with no visit for
 // walkIdle is over. A lone listing starts nothing: a walk begins only when
 // two subdirectories of a directory, or a subdirectory of a subdirectory,
 // are enumerated shortly after it.
@@ -35,6 +34,11 @@ const (
 	aheadWindow = 32              // directories read ahead beyond the walk's visits
 	aheadCalls  = 8               // read-ahead passes in flight at once
 	aheadQueue  = 4096            // directories waiting to be read ahead
+	// walkListsFresh: a walk reads ahead directories never listed once it
+	// has listed this many itself. Two listings may show a walk (a build
+	// listing its directory and one below it) that goes no further; reading
+	// their never-listed siblings then is only waste.
+	walkListsFresh = 3
 )
 
 // walker is the mount's walk state: one walk at a time (walks in several
@@ -46,9 +50,11 @@ type walker struct {
 	start    time.Time // when the directory it began at was enumerated
 	last     time.Time // its last visit
 	visits   int       // directories it visited
+	lists    int       // distinct directories it listed (enumerated)
 	issued   int       // directories read ahead for it
 	inflight int       // read-ahead passes under way (any walk)
 	queue    []NodeID  // directories to read ahead, the next first
+	unlisted []NodeID  // never-listed ones held until the walk has listed walkListsFresh
 	queued   map[NodeID]bool
 	cred     Cred // the identity read-ahead is sent with: the walker's
 }
@@ -70,7 +76,7 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 		return walking
 	}
 	b.visitAt = now
-	pid, seen, ahead := dir.parent, b.walkSeen, b.aheadIn
+	pid, seen, ahead, listed := dir.parent, b.walkSeen, b.aheadIn, b.listedIn
 	dir.mu.Unlock()
 	// A walk shows as enumerations going down the tree: a third level
 	// (parent, child, grandchild), or a second child of one directory,
@@ -109,8 +115,8 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 	if !in && evidence {
 		if !active {
 			w.session++
-			w.start, w.visits, w.issued = penum, 0, 0
-			w.queue = w.queue[:0]
+			w.start, w.visits, w.issued, w.lists = penum, 0, 0, 0
+			w.queue, w.unlisted = w.queue[:0], w.unlisted[:0]
 			clear(w.queued)
 		}
 		in, began = true, true
@@ -121,6 +127,16 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 		if seen != session {
 			w.visits++
 		}
+		if enum && listed != session {
+			// Directories, not listings: a build listing one directory
+			// over and over goes nowhere.
+			if w.lists++; w.lists == walkListsFresh {
+				// A walk through directories never listed (grep -r, find
+				// on a fresh mount): read those ahead too, the held first.
+				w.queue = append(w.unlisted, w.queue...)
+				w.unlisted = nil
+			}
+		}
 		w.cred = Cred{UID: c.UID, GID: c.GID, Groups: append(w.cred.Groups[:0:0], c.Groups...)}
 	}
 	w.mu.Unlock()
@@ -129,6 +145,9 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 	b.visitWalk = in
 	if in {
 		b.walkSeen = session
+		if enum {
+			b.listedIn = session
+		}
 	}
 	dir.mu.Unlock()
 	if began {
@@ -165,6 +184,33 @@ func (fs *FS) refreshed(dir *inode, ahead bool, err error) {
 		fs.enqueue(fs.subdirs(dir), true)
 	}
 	fs.pump()
+}
+
+// walkOn is told that the kernel listed dir to its end, from the server
+// (fromServer) or from a listing kept. If the walk read dir ahead, or is
+// at it and listed it from the server (a directory never listed before:
+// grep -r, find on a fresh mount), its subdirectories are where the walk
+// goes next: they now have nodes (the listing gave the kernel its
+// entries), so they can be read ahead in turn. No refresh of dir leads the
+// walk on there: a read-ahead pass ended before the kernel held the
+// subdirectories, and a listing for the kernel is no refresh.
+func (fs *FS) walkOn(dir *inode, fromServer bool) {
+	w := &fs.walk
+	now := fs.now()
+	w.mu.Lock()
+	session := w.session
+	active := session != 0 && now.Sub(w.last) < walkIdle
+	w.mu.Unlock()
+	if !active {
+		return
+	}
+	dir.mu.Lock()
+	on := dir.bulk != nil && (dir.bulk.aheadIn == session || fromServer && dir.bulk.walkSeen == session)
+	dir.mu.Unlock()
+	if on {
+		fs.enqueue(fs.subdirs(dir), true)
+		fs.pump()
+	}
 }
 
 // subdirs returns dir's subdirectories that the kernel holds, in listing
@@ -273,12 +319,24 @@ func (fs *FS) pump() {
 		w.inflight++
 		w.issued++
 		w.mu.Unlock()
-		if dir := fs.nodes.get(id); dir != nil && fs.startAhead(dir, &cred, session) {
+		started, hold := false, false
+		if dir := fs.nodes.get(id); dir != nil {
+			started, hold = fs.startAhead(dir, &cred, session)
+		}
+		if started {
 			continue
 		}
 		w.mu.Lock()
 		w.inflight--
 		w.issued--
+		if hold && w.session == session && len(w.unlisted) < aheadQueue {
+			if w.lists >= walkListsFresh {
+				w.queue = append(w.queue, id) // became due meanwhile
+				w.queued[id] = true
+			} else {
+				w.unlisted = append(w.unlisted, id)
+			}
+		}
 		w.mu.Unlock()
 	}
 }
@@ -287,17 +345,26 @@ func (fs *FS) pump() {
 // listing the walk would read itself (none kept, or the directory's
 // attributes expired), or entries' attributes that expired. Not for a
 // directory under way, nor one whose pass takes more than one call
-// (memory: the walk's own demand refreshes those), nor one whose entries
-// the kernel does not hold.
-func (fs *FS) startAhead(dir *inode, c *Cred, session uint64) bool {
+// (memory: the walk's own demand refreshes those). A directory never
+// listed is read too: the walk lists it next (grep -r, find on a fresh
+// mount), and its listing then gives the kernel its entries with no call.
+//
+// hold reports a directory never listed that waits for the walk to show
+// it goes through such directories (walkListsFresh).
+func (fs *FS) startAhead(dir *inode, c *Cred, session uint64) (started, hold bool) {
 	now := fs.now()
 	dir.mu.Lock()
 	b := dir.bulkLocked()
 	_, _, fresh := dir.cachedAttrLocked(now)
 	want := dir.attrValid && dir.attr.Type == proto.TypeDir && b.refresh == nil &&
 		now.Sub(b.failAt) >= bulkDemandWindow && now.Sub(b.freshAt) >= fs.opts.AcRegMin &&
-		dir.knowsEntriesLocked() && fs.passCallsLocked(dir) <= 1
+		fs.passCallsLocked(dir) <= 1
 	stale := !fresh || dir.list == nil || !dir.namesValidLocked()
+	if want && !dir.knowsEntriesLocked() {
+		fs.walk.mu.Lock()
+		hold = fs.walk.lists < walkListsFresh
+		fs.walk.mu.Unlock()
+	}
 	var ids []NodeID
 	if want && !stale {
 		for _, e := range dir.names {
@@ -318,9 +385,9 @@ func (fs *FS) startAhead(dir *inode, c *Cred, session uint64) bool {
 			stale = !ok
 		}
 	}
-	if !want || !stale {
-		return false
+	if !want || !stale || hold {
+		return false, hold
 	}
-	_, started := fs.startRefresh(context.WithValue(fs.life, OriginKey{}, "readahead"), c, dir, session)
-	return started
+	_, started = fs.startRefresh(context.WithValue(fs.life, OriginKey{}, "readahead"), c, dir, session)
+	return started, false
 }

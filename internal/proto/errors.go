@@ -33,6 +33,9 @@ const (
 	// call named (v4.1 BAD_STATEID, EXPIRED, ADMIN_REVOKED…): the core
 	// opens the file again, once.
 	CondBadState
+	// CondNoGrace: the server takes no reclaims (its grace period is
+	// over, or it never had one): nothing more can be reclaimed.
+	CondNoGrace
 )
 
 func (e Error) Error() string { return e.Name }
@@ -53,6 +56,7 @@ var (
 	ErrBadCookie = Error{Errno: syscall.EIO, Name: "bad listing cookie", Cond: CondBadCookie}
 	ErrNotSupp   = Error{Errno: syscall.EOPNOTSUPP, Name: "operation not supported", Cond: CondNotSupp}
 	ErrBadState  = Error{Errno: syscall.EIO, Name: "state unknown to the server", Cond: CondBadState}
+	ErrNoGrace   = Error{Errno: syscall.EIO, Name: "no grace period", Cond: CondNoGrace}
 )
 
 // ErrIO is the core's own failure of a server's answer it cannot use (a

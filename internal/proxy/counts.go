@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"hushfs/internal/nfs3"
+	"hushfs/internal/nfs4"
 	"hushfs/internal/rpc"
 )
 
@@ -53,6 +54,8 @@ func (k ProcKey) Name() string {
 		prog, proc = "NFS3", nfs3.ProcName(k.Proc)
 	case k.Prog == nfs3.MountProgram && k.Vers == nfs3.MountVersion:
 		prog, proc = "MOUNT3", nfs3.MountProcName(k.Proc)
+	case k.Prog == nfs4.Program && k.Vers == nfs4.Version && k.Proc < uint32(len(nfs4Procs)):
+		prog, proc = "NFS4", nfs4Procs[k.Proc]
 	case k.Prog == rpc.PortmapProgram && k.Vers == rpc.PortmapVersion && k.Proc < uint32(len(portmapProcs)):
 		prog, proc = "PORTMAP2", portmapProcs[k.Proc]
 	default:
@@ -66,6 +69,9 @@ func (k ProcKey) Name() string {
 
 // portmapProcs names the portmapper's procedures (RFC 1833 §3).
 var portmapProcs = [...]string{"NULL", "SET", "UNSET", "GETPORT", "DUMP", "CALLIT"}
+
+// nfs4Procs names NFSv4's two procedures (RFC 8881 §16).
+var nfs4Procs = [...]string{"NULL", "COMPOUND"}
 
 // NFS3 returns the key of NFSv3 procedure proc.
 func NFS3(proc uint32) ProcKey { return ProcKey{nfs3.Program, nfs3.Version, proc} }
@@ -86,12 +92,25 @@ type Counts struct {
 	// A WRITE whose arguments are cut short (or whose file handle is
 	// longer than 64 bytes) is in Calls but not here.
 	WriteStable map[uint32]uint64 `json:"write_stable"`
+	// NFS4Ops counts the operations inside NFSv4 COMPOUND calls (each
+	// COMPOUND itself is one call in Calls, "100003/4/1"), by the
+	// operation's name: "SEQUENCE", "OPEN", ...
+	NFS4Ops map[string]uint64 `json:"nfs4_ops"`
+	// NFS4Incomplete counts COMPOUNDs whose operation list could not be
+	// read to its end (malformed, or arguments over maxCompoundArgs): only
+	// the operations before the failure are in NFS4Ops.
+	NFS4Incomplete uint64 `json:"nfs4_incomplete,omitempty"`
 	// Commits counts NFSv3 COMMIT calls (equal to Calls[NFS3(21)]; kept
 	// separately for scripts).
 	Commits uint64 `json:"commits"`
-	// UnparsedCalls counts records from clients that are not RPC calls
-	// (wrong msg_type or RPC version, oversized credential, or too short
-	// to hold a call header). They are forwarded unchanged all the same.
+	// BackCalls counts calls from the target to a client on the client's
+	// connection (NFSv4.1 callbacks: CB_NULL, CB_COMPOUND), BackReplies
+	// the records from clients that are replies (to those calls).
+	BackCalls   uint64 `json:"back_calls,omitempty"`
+	BackReplies uint64 `json:"back_replies,omitempty"`
+	// UnparsedCalls counts records from clients that are neither RPC calls
+	// nor replies (wrong msg_type or RPC version, oversized credential, or
+	// too short to hold a call header). They are forwarded unchanged all the same.
 	UnparsedCalls uint64 `json:"unparsed_calls"`
 	// UnparsedReplies counts records from the target that are not replies.
 	UnparsedReplies uint64 `json:"unparsed_replies"`
@@ -118,7 +137,11 @@ type counters struct {
 	mu              sync.Mutex
 	calls           map[ProcKey]uint64
 	writeStable     map[uint32]uint64
+	nfs4Ops         map[nfs4.Opnum]uint64
+	nfs4Incomplete  uint64
 	replies         uint64
+	backCalls       uint64
+	backReplies     uint64
 	unparsedCalls   uint64
 	unparsedReplies uint64
 	conns           uint64
@@ -129,7 +152,18 @@ type counters struct {
 }
 
 func newCounters() *counters {
-	return &counters{calls: map[ProcKey]uint64{}, writeStable: map[uint32]uint64{}}
+	return &counters{calls: map[ProcKey]uint64{}, writeStable: map[uint32]uint64{}, nfs4Ops: map[nfs4.Opnum]uint64{}}
+}
+
+func (c *counters) compound(ops []nfs4.Argop, complete bool) {
+	c.mu.Lock()
+	for i := range ops {
+		c.nfs4Ops[ops[i].Op]++
+	}
+	if !complete {
+		c.nfs4Incomplete++
+	}
+	c.mu.Unlock()
 }
 
 func (c *counters) call(k ProcKey) {
@@ -147,6 +181,16 @@ func (c *counters) stable(how uint32) {
 func (c *counters) reply() {
 	c.mu.Lock()
 	c.replies++
+	c.mu.Unlock()
+}
+
+func (c *counters) back(callSide bool) {
+	c.mu.Lock()
+	if callSide {
+		c.backReplies++
+	} else {
+		c.backCalls++
+	}
 	c.mu.Unlock()
 }
 
@@ -187,7 +231,11 @@ func (c *counters) snapshot(reset bool) Counts {
 	s := Counts{
 		Calls:           maps.Clone(c.calls),
 		Replies:         c.replies,
+		BackCalls:       c.backCalls,
+		BackReplies:     c.backReplies,
 		WriteStable:     maps.Clone(c.writeStable),
+		NFS4Ops:         make(map[string]uint64, len(c.nfs4Ops)),
+		NFS4Incomplete:  c.nfs4Incomplete,
 		Commits:         c.calls[NFS3(nfs3.ProcCommit)],
 		UnparsedCalls:   c.unparsedCalls,
 		UnparsedReplies: c.unparsedReplies,
@@ -195,11 +243,17 @@ func (c *counters) snapshot(reset bool) Counts {
 		DialErrors:      c.dialErrors,
 		Faults:          c.faults,
 	}
+	for op, n := range c.nfs4Ops {
+		s.NFS4Ops[op.String()] += n
+	}
 	if reset {
 		s.BytesIn = c.bytesIn.Swap(0)
 		s.BytesOut = c.bytesOut.Swap(0)
 		c.calls = map[ProcKey]uint64{}
 		c.writeStable = map[uint32]uint64{}
+		c.nfs4Ops = map[nfs4.Opnum]uint64{}
+		c.nfs4Incomplete = 0
+		c.backCalls, c.backReplies = 0, 0
 		c.replies, c.unparsedCalls, c.unparsedReplies, c.conns, c.dialErrors = 0, 0, 0, 0, 0
 		c.faults = FaultCounts{}
 	} else {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 
 	"hushfs/internal/nfs3"
+	"hushfs/internal/nfs4"
 )
 
 // Constants of ONC RPC (RFC 5531) that the parser needs. They are repeated
@@ -25,7 +26,15 @@ type sink interface {
 	call(k ProcKey)
 	stable(how uint32)
 	reply()
+	// back counts a record going the other way: a call from the target
+	// (callSide false) or a client's reply to one (callSide true), as
+	// NFSv4.1's callbacks go on the client's own connection.
+	back(callSide bool)
 	unparsed(callSide bool)
+	// compound receives the operations of an NFSv4 COMPOUND call, as far
+	// as they decoded; complete is false when the list could not be read
+	// to its end (cut short by maxCompoundArgs, or malformed).
+	compound(ops []nfs4.Argop, complete bool)
 }
 
 // streamParser follows one direction of a record-marked RPC byte stream. It
@@ -48,6 +57,7 @@ type streamParser struct {
 
 func newStreamParser(callSide bool, out sink) *streamParser {
 	s := &streamParser{callSide: callSide, out: out}
+	s.msg.comp = &compoundDecoder{}
 	s.msg.reset(callSide)
 	return s
 }
@@ -118,7 +128,8 @@ const (
 	stArgs // virtual: the call header is complete
 	stFHLen
 	stStable
-	stDone // nothing more is wanted from this record
+	stCompound // gathering an NFSv4 COMPOUND's arguments (compound.go)
+	stDone     // nothing more is wanted from this record
 )
 
 // msgParser extracts the fields of interest from the body of one record.
@@ -131,14 +142,26 @@ type msgParser struct {
 	key      ProcKey
 	ok       bool // the record was recognised (call header or reply)
 	bad      bool // the record is not what this direction should carry
+
+	// comp gathers and decodes COMPOUND arguments; kept across records
+	// (its buffer is reused).
+	comp *compoundDecoder
 }
 
 func (m *msgParser) reset(callSide bool) {
-	*m = msgParser{callSide: callSide}
+	comp := m.comp
+	*m = msgParser{callSide: callSide, comp: comp}
+	if comp != nil {
+		comp.reset()
+	}
 }
 
 func (m *msgParser) feed(b []byte, out sink) {
 	for len(b) > 0 && m.step != stDone {
+		if m.step == stCompound {
+			m.comp.gather(b)
+			return
+		}
 		if m.skip > 0 {
 			n := uint64(len(b))
 			if n > m.skip {
@@ -179,17 +202,26 @@ func (m *msgParser) word(w uint32, out sink) {
 		m.step = stMsgType
 	case stMsgType:
 		if !m.callSide {
-			if w == msgReply {
+			switch w {
+			case msgReply:
 				m.ok = true
 				out.reply()
-			} else {
+			case msgCall:
+				m.ok = true
+				out.back(false)
+			default:
 				m.bad = true
 			}
 			m.step = stDone
 			return
 		}
 		if w != msgCall {
-			m.bad = true
+			if w == msgReply {
+				m.ok = true
+				out.back(true)
+			} else {
+				m.bad = true
+			}
 			m.step = stDone
 			return
 		}
@@ -247,9 +279,12 @@ func (m *msgParser) virtual(out sink) {
 	}
 	m.ok = true
 	out.call(m.key)
-	if m.key == (ProcKey{nfs3.Program, nfs3.Version, nfs3.ProcWrite}) {
+	switch {
+	case m.key == (ProcKey{nfs3.Program, nfs3.Version, nfs3.ProcWrite}):
 		m.step = stFHLen
-	} else {
+	case m.key == nfs4Compound && m.comp != nil:
+		m.step = stCompound
+	default:
 		m.step = stDone
 	}
 }
@@ -259,5 +294,8 @@ func (m *msgParser) virtual(out sink) {
 func (m *msgParser) endRecord(out sink) {
 	if m.bad || !m.ok {
 		out.unparsed(m.callSide)
+	}
+	if m.step == stCompound {
+		m.comp.decode(out)
 	}
 }

@@ -124,7 +124,8 @@ func FuzzParser(f *testing.F) {
 }
 
 func equalCounts(a, b Counts) bool {
-	return maps.Equal(a.Calls, b.Calls) && maps.Equal(a.WriteStable, b.WriteStable) &&
+	return maps.Equal(a.Calls, b.Calls) && maps.Equal(a.WriteStable, b.WriteStable) && maps.Equal(a.NFS4Ops, b.NFS4Ops) && a.NFS4Incomplete == b.NFS4Incomplete &&
+		a.BackCalls == b.BackCalls && a.BackReplies == b.BackReplies &&
 		a.Replies == b.Replies && a.UnparsedCalls == b.UnparsedCalls && a.UnparsedReplies == b.UnparsedReplies
 }
 
@@ -168,7 +169,9 @@ func TestProcKeyName(t *testing.T) {
 		{100005, 3, 9}:         "MOUNT3 proc 9",
 		{100000, 2, 3}:         "PORTMAP2 GETPORT",
 		{100000, 2, 9}:         "100000/2/9",
-		{100003, 4, 1}:         "100003/4/1",
+		{100003, 4, 1}:         "NFS4 COMPOUND",
+		{100003, 4, 0}:         "NFS4 NULL",
+		{100003, 4, 2}:         "100003/4/2",
 		{0x20000001, 1, 0}:     "536870913/1/0",
 	} {
 		if got := k.Name(); got != want {

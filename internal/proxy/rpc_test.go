@@ -189,10 +189,11 @@ func buildMix(r *rand.Rand) *mix {
 	xid++
 	m.add(frameSplit(short, 3, 0, 5), ptr(NFS3(nfs3.ProcWrite)), true)
 
-	// Not calls: a reply on the call side, a wrong RPC version (answered:
+	// A reply on the call side: a client's answer to a callback, counted
+	// apart (BackReplies). Not calls: a wrong RPC version (answered:
 	// it is a CALL), a record too short for a header, an empty record,
 	// and a credential over 400 bytes.
-	m.add(frame(replyBody(xid, nil)), nil, false)
+	m.records = append(m.records, frame(replyBody(xid, nil)))
 	bad := callBody(xid+1, NFS3(nfs3.ProcNull), none, none, nil)
 	binary.BigEndian.PutUint32(bad[8:], 3)
 	m.add(frameSplit(bad, 1, 1, 1), nil, true)
@@ -228,8 +229,10 @@ func TestCounting(t *testing.T) {
 	m := buildMix(r)
 	ln := listen(t)
 	serveConns(t, ln, func(c net.Conn) {
-		// Before answering anything, send one record that is not a reply.
+		// Before answering anything, send a call (as a callback would go)
+		// and one record that is neither call nor reply.
 		c.Write(frame(callBody(0, NFS3(0), none, none, nil)))
+		c.Write(frame([]byte{0, 0, 0, 1, 0, 0, 0, 7}))
 		rpcHandler(c)
 	})
 	p := startProxy(t, ln.Addr().String(), time.Millisecond)
@@ -257,9 +260,11 @@ func TestCounting(t *testing.T) {
 		done <- nil
 	}()
 	out := 0
-	if rec, err := readRecord(c, 1<<20); err != nil {
-		t.Fatal(err)
-	} else {
+	for range 2 {
+		rec, err := readRecord(c, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
 		out += 4 + len(rec)
 	}
 	for i := range m.replies {
@@ -283,8 +288,9 @@ func TestCounting(t *testing.T) {
 	if got.Commits != 2 || got.NFS3(nfs3.ProcCommit) != 2 {
 		t.Errorf("commits = %d / %d, want 2", got.Commits, got.NFS3(nfs3.ProcCommit))
 	}
-	if got.Replies != m.replies || got.UnparsedReplies != 1 {
-		t.Errorf("replies %d, unparsed replies %d; want %d, 1", got.Replies, got.UnparsedReplies, m.replies)
+	if got.Replies != m.replies || got.UnparsedReplies != 1 || got.BackCalls != 1 || got.BackReplies != 1 {
+		t.Errorf("replies %d, unparsed replies %d, calls from the target %d, replies from the client %d; want %d, 1, 1, 1",
+			got.Replies, got.UnparsedReplies, got.BackCalls, got.BackReplies, m.replies)
 	}
 	if got.UnparsedCalls != m.unparse {
 		t.Errorf("unparsed calls = %d, want %d", got.UnparsedCalls, m.unparse)
@@ -323,7 +329,9 @@ func TestCounting(t *testing.T) {
 
 // TestMalformedForwarded sends records that are wrong for their direction
 // through an echo server: they must come back byte for byte, and be counted
-// as unparsed on the call side and as replies on the way back.
+// as replies from the client (answers to the target's calls on the
+// client's connection, as NFSv4.1 callbacks) and then as calls to it on
+// the way back, none as unparsed.
 func TestMalformedForwarded(t *testing.T) {
 	ln := listen(t)
 	serveConns(t, ln, echo)
@@ -347,7 +355,7 @@ func TestMalformedForwarded(t *testing.T) {
 		t.Fatalf("stream altered: sent %x, got %x", stream, got)
 	}
 	cs := p.Counts()
-	if len(cs.Calls) != 0 || cs.UnparsedCalls != 5 || cs.Replies != 5 || cs.UnparsedReplies != 0 {
-		t.Errorf("counts %+v; want 5 unparsed calls and 5 replies", cs)
+	if len(cs.Calls) != 0 || cs.UnparsedCalls != 0 || cs.BackReplies != 5 || cs.Replies != 5 || cs.UnparsedReplies != 0 {
+		t.Errorf("counts %+v; want 5 replies from the client and 5 replies", cs)
 	}
 }

@@ -74,8 +74,9 @@ func (c *compound) open(a *nfs4.OpenArgs) nfs4.Status {
 		switch {
 		case a.OpenType == nfs4.OpenCreate:
 			st = nfs4.ErrInval
-		case reclaim && a.Claim.DelegateType != nfs4.DelegateNone:
-			st = nfs4.ErrReclaimBad // we never granted one
+		case reclaim && a.Claim.DelegateType != nfs4.DelegateNone && a.Claim.DelegateType != nfs4.DelegateRead &&
+			a.Claim.DelegateType != nfs4.DelegateWrite:
+			st = nfs4.ErrInval
 		case c.cur.n == nil:
 			st = nfs4.ErrIsDir
 		default:
@@ -161,6 +162,9 @@ func (c *compound) open(a *nfs4.OpenArgs) nfs4.Status {
 			res := nfs4.OpenRes{Status: nfs4.OK, Stateid: sid, CInfo: r.cinfo,
 				Rflags: nfs4.OpenResultLocktypePosix | nfs4.OpenResultPreserveUnlinked, AttrSet: r.attrset}
 			res.Delegation = noDelegation(a.ShareAccess & nfs4.ShareAccessWantDelegMask)
+			if reclaim && a.Claim.DelegateType != nfs4.DelegateNone {
+				res.Delegation = c.reclaimDeleg(n, a.Claim.DelegateType)
+			}
 			if !reclaim && a.Claim.Type != nfs4.ClaimDelegateCur && a.Claim.Type != nfs4.ClaimDelegCurFH {
 				want := a.ShareAccess & nfs4.ShareAccessWantDelegMask
 				if access&nfs4.ShareAccessWrite != 0 {

@@ -42,6 +42,10 @@ type GaneshaOptions struct {
 	// SlotTableSize is the number of NFSv4.1 fore channel slots ganesha
 	// grants at most (1 to 1024); its default (64) when zero.
 	SlotTableSize int
+	// Grace is the NFSv4 grace period in seconds after each (re)start,
+	// when clients of the previous instance reclaim their opens and locks
+	// (its recovery directory remembers them); 0: none (Graceless).
+	Grace int
 }
 
 // Ganesha is a running nfs-ganesha (FSAL VFS, NFSv3 over TCP, and NFSv4
@@ -201,7 +205,10 @@ func (g *Ganesha) config(plugins string) string {
 	if g.nfsv4 {
 		protocols = "3, 4"
 	}
-	v4 := ""
+	v4 := "\n\tGraceless = true;"
+	if g.opts.Grace > 0 {
+		v4 = fmt.Sprintf("\n\tGraceless = false;\n\tGrace_Period = %d;", g.opts.Grace)
+	}
 	if g.opts.LeaseLifetime > 0 {
 		v4 += fmt.Sprintf("\n\tLease_Lifetime = %d;", g.opts.LeaseLifetime)
 	}
@@ -222,7 +229,6 @@ NFS_KRB5 {
 	Active_krb5 = false;
 }
 NFSV4 {
-	Graceless = true;
 	Only_Numeric_Owners = true;
 	RecoveryRoot = %q;%s
 }

@@ -23,6 +23,11 @@ type Result struct {
 	Ops []nfs4.Resop
 	// Seq is SEQUENCE's result (status flags, slot limits).
 	Seq nfs4.SequenceRes
+	// Sent and Received are the sizes of the COMPOUND's arguments and of
+	// its reply's results (the RPC header not included), and RTT the time
+	// from the request's last sending to its reply, for statistics.
+	Sent, Received int
+	RTT            time.Duration
 
 	raw nfs4.CompoundRes
 }
@@ -141,6 +146,7 @@ func (s *Session) compound(ctx context.Context, cred rpc.OpaqueAuth, ops []nfs4.
 			res.Status = res.raw.Status
 			res.Ops = res.raw.Results[1:]
 			res.Seq = *sq
+			res.Sent, res.Received, res.RTT = args.size, rd.size, s.clock.Now().Sub(sent)
 			return nil
 		}
 		if sq.Status != nfs4.ErrDelay {
@@ -334,14 +340,17 @@ type compoundArgs struct {
 	seq     nfs4.SequenceArgs
 	ops     []nfs4.Argop
 	encoded chan struct{} // closed once encoded, if set
+	size    int           // bytes Append added
 }
 
 func (a *compoundArgs) Append(b []byte) []byte {
+	start := len(b)
 	b = nfs4.AppendCompoundArgsHead(b, nil, nfs4.MinorVersion, 1+len(a.ops))
 	b = nfs4.AppendArgop(b, nfs4.OpSequence, &a.seq)
 	for i := range a.ops {
 		b = nfs4.AppendArgop(b, a.ops[i].Op, a.ops[i].Args)
 	}
+	a.size = len(b) - start
 	if a.encoded != nil {
 		close(a.encoded)
 	}
@@ -360,6 +369,7 @@ type replyDecoder struct {
 	hasSeq    bool
 	seq       nfs4.SequenceRes
 	status    nfs4.Status
+	size      int // bytes of the results
 }
 
 func (r *replyDecoder) Decode(d *xdr.Decoder) {
@@ -369,6 +379,7 @@ func (r *replyDecoder) Decode(d *xdr.Decoder) {
 	if r.abandoned {
 		raw = new(nfs4.CompoundRes)
 	}
+	r.size = d.Remaining()
 	raw.Decode(d)
 	r.status = raw.Status
 	if len(raw.Results) > 0 && raw.Results[0].Op == nfs4.OpSequence {
@@ -379,6 +390,10 @@ func (r *replyDecoder) Decode(d *xdr.Decoder) {
 
 // idempotent reports whether running ops twice has the effect of running
 // them once, so that their reply need not be cached for a retry.
+// Idempotent reports whether a COMPOUND of ops may run twice to the same
+// effect: its reply is then not cached for a retry.
+func Idempotent(ops []nfs4.Argop) bool { return idempotent(ops) }
+
 func idempotent(ops []nfs4.Argop) bool {
 	for i := range ops {
 		switch ops[i].Op {

@@ -235,6 +235,12 @@ func (q *closeQueue) takeLocked(ck string, max int) []*pendingClose {
 		q.inflight[p.key()] = make(chan struct{})
 		return true
 	})
+	if len(q.queued) == 0 && q.stop != nil {
+		// Nothing left to wait for: the next CLOSE queued gets its own
+		// closeDelay, not what is left of this one's.
+		q.stop()
+		q.stop = nil
+	}
 	return out
 }
 

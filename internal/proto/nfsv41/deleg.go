@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"hushfs/internal/nfs4"
-	"hushfs/internal/nfs4/session"
 	"hushfs/internal/proto"
 )
 
@@ -90,15 +89,6 @@ func (s *Server) LeaseValid() bool {
 	info := s.sess.Info()
 	return info.Lease > leaseMargin && s.now().Sub(info.Renewed) < info.Lease-leaseMargin &&
 		info.Unsettled&revokedFlags == 0
-}
-
-// onRecover is session.Options.OnRecover: a new client ID means the
-// server lost or expired all our state, delegations with it.
-func (s *Server) onRecover(context.Context, session.Recovery) error {
-	if cb := s.callbacks(); cb != nil {
-		cb.Revoked()
-	}
-	return nil
 }
 
 // ReturnDelegation gives a delegation back (DELEGRETURN). One the server

@@ -266,7 +266,15 @@ func (s *Server) readDir(ctx context.Context, c *proto.Cred, proc string, a prot
 	if parent {
 		ops = append(ops, nfs4.Argop{Op: nfs4.OpLookupP}, getattr(fileidAttr))
 	}
-	r, deleg, err := s.compoundDirDeleg(ctx, c, proc, a, ops)
+	var r *reply
+	var deleg proto.DirDelegation
+	var err error
+	if wanted, ahead := proto.AheadOf(ctx); ahead && s.rq != nil {
+		// A rider asks for no delegation (dirdeleg.go: the listing's own).
+		r, err = s.compoundAhead(ctx, c, proc, ops, args, wanted)
+	} else {
+		r, deleg, err = s.compoundDirDeleg(ctx, c, proc, a, ops)
+	}
 	if err != nil {
 		return proto.ReadDirRes{}, err
 	}

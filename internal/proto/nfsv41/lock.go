@@ -42,6 +42,55 @@ type lockTable struct {
 	// byOpen: the keys made under each open, so that closing it forgets
 	// them.
 	byOpen map[[nfs4.OtherSize]byte][]lockKey // GUARDED_BY(mu)
+	// reclaimed are lock stateids reclaimed after a server restart
+	// (reclaim.go), not yet taken into their lockState: a reclaim cannot
+	// wait for lockState.mu, which a LOCK held back by the recovery
+	// holds. The next call of the owner on the file takes it (adopt).
+	reclaimed map[lockKey]reclaimedLock // GUARDED_BY(mu)
+}
+
+// reclaimedLock is a lock stateid a reclaim made under open.
+type reclaimedLock struct {
+	open [nfs4.OtherSize]byte
+	st   nfs4.Stateid
+}
+
+// adopt takes a reclaimed lock stateid of (fh, owner) into ls.
+//
+// LOCKS_REQUIRED(ls.mu)
+func (t *lockTable) adopt(fh proto.FH, owner uint64, ls *lockState) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := lockKey{string(fh), owner}
+	r, ok := t.reclaimed[k]
+	if !ok {
+		return
+	}
+	delete(t.reclaimed, k)
+	ls.open, ls.st, ls.made = r.open, r.st, true
+	if t.byOpen == nil {
+		t.byOpen = map[[nfs4.OtherSize]byte][]lockKey{}
+	}
+	t.byOpen[r.open] = append(t.byOpen[r.open], k)
+}
+
+// reclaimedState returns the lock stateid a reclaim made for (fh, owner)
+// under open, if any.
+func (t *lockTable) reclaimedState(fh proto.FH, owner uint64, open [nfs4.OtherSize]byte) (nfs4.Stateid, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.reclaimed[lockKey{string(fh), owner}]
+	return r.st, ok && r.open == open
+}
+
+// setReclaimed records the lock stateid a reclaim made.
+func (t *lockTable) setReclaimed(fh proto.FH, owner uint64, open [nfs4.OtherSize]byte, st nfs4.Stateid) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.reclaimed == nil {
+		t.reclaimed = map[lockKey]reclaimedLock{}
+	}
+	t.reclaimed[lockKey{string(fh), owner}] = reclaimedLock{open: open, st: st}
 }
 
 func (t *lockTable) get(fh proto.FH, owner uint64) *lockState {
@@ -66,14 +115,20 @@ func (t *lockTable) made(fh proto.FH, owner uint64, open [nfs4.OtherSize]byte) {
 	t.byOpen[open] = append(t.byOpen[open], lockKey{string(fh), owner})
 }
 
-// under returns the lock states made under open.
-func (t *lockTable) under(open [nfs4.OtherSize]byte) []*lockState {
+// ownersUnder returns the lock owners of fh with lock states made, or
+// reclaimed, under open.
+func (t *lockTable) ownersUnder(fh proto.FH, open [nfs4.OtherSize]byte) []uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []*lockState
+	var out []uint64
 	for _, k := range t.byOpen[open] {
-		if ls := t.m[k]; ls != nil {
-			out = append(out, ls)
+		if k.fh == string(fh) {
+			out = append(out, k.owner)
+		}
+	}
+	for k, r := range t.reclaimed {
+		if r.open == open && k.fh == string(fh) {
+			out = append(out, k.owner)
 		}
 	}
 	return out
@@ -94,6 +149,11 @@ func (t *lockTable) forgetOpen(open [nfs4.OtherSize]byte) {
 		}
 	}
 	delete(t.byOpen, open)
+	for k, r := range t.reclaimed {
+		if r.open == open {
+			delete(t.reclaimed, k)
+		}
+	}
 }
 
 // lockOwner is the lock owner for the kernel's owner under an open: the
@@ -146,6 +206,7 @@ func (s *Server) Lock(ctx context.Context, c *proto.Cred, a proto.LockArgs) (pro
 	ls := s.locks.get(a.FH, a.Owner)
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	s.locks.adopt(a.FH, a.Owner, ls)
 	off, length := nfsRange(a.Offset, a.Length)
 	args := &nfs4.LockArgs{LockType: lockType(a.Type, a.Wait), Offset: off, Length: length}
 	fresh := !ls.made || ls.open != a.State.Other
@@ -184,6 +245,7 @@ func (s *Server) Unlock(ctx context.Context, c *proto.Cred, a proto.LockArgs) (p
 	ls := s.locks.get(a.FH, a.Owner)
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	s.locks.adopt(a.FH, a.Owner, ls)
 	if !ls.made {
 		return proto.LockRes{}, nil
 	}
@@ -212,10 +274,13 @@ func (s *Server) locku(ctx context.Context, c *proto.Cred, fh proto.FH, ls *lock
 	return nil, nil
 }
 
-// unlockAll releases every lock held under an open (before its CLOSE).
+// unlockAll releases every lock held under an open (before its CLOSE),
+// reclaimed ones not yet adopted too.
 func (s *Server) unlockAll(ctx context.Context, c *proto.Cred, fh proto.FH, open [nfs4.OtherSize]byte) {
-	for _, ls := range s.locks.under(open) {
+	for _, owner := range s.locks.ownersUnder(fh, open) {
+		ls := s.locks.get(fh, owner)
 		ls.mu.Lock()
+		s.locks.adopt(fh, owner, ls)
 		if ls.made && ls.open == open {
 			if st, err := s.locku(ctx, c, fh, ls, 0, 0); st != nil || err != nil {
 				s.logf("hushfs: NFSv4.1 releasing locks before CLOSE: %v %v", st, err)

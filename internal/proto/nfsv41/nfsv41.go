@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -71,11 +72,15 @@ type Server struct {
 	locks lockTable
 	// cq are the CLOSEs waiting for a COMPOUND to carry them (closeq.go).
 	cq *closeQueue
+	// rq are the read-ahead READDIRs waiting for one (riderq.go).
+	rq *riderQueue
 	// cb are the core's answers to callbacks (deleg.go).
 	cb atomic.Pointer[cbHolder]
 	// noDirDeleg: the server failed a GET_DIR_DELEGATION: not asked again
 	// (dirdeleg.go).
 	noDirDeleg atomic.Bool
+	// rc reclaims after a server restart (reclaim.go).
+	rc atomic.Pointer[reclaimerHolder]
 
 	creds rpc.SysCreds // encoded AUTH_SYS per identity
 }
@@ -119,6 +124,7 @@ func Mount(ctx context.Context, cfg Config, self *proto.Cred) (*Server, proto.Ex
 		defer cancel()
 		s.flushCloses(ctx)
 	})
+	s.rq = newRiderQueue(cfg.AfterFunc)
 	sess, err := session.New(ctx, session.Options{
 		RPC: rpc.ClientOptions{
 			Dial:    func(ctx context.Context) (net.Conn, error) { return cfg.Dial(ctx, addr) },
@@ -131,7 +137,8 @@ func Mount(ctx context.Context, cfg Config, self *proto.Cred) (*Server, proto.Ex
 		Logf:      cfg.Logf,
 		Callback:  s.callback,
 		OnStatus:  s.onStatus,
-		// A new client ID: the server forgot or expired our delegations.
+		// A new client ID: the server forgot or expired our state; the
+		// core reclaims it (reclaim.go).
 		OnRecover: s.onRecover,
 	})
 	if err != nil {
@@ -153,6 +160,7 @@ func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s.cq.shut()
+	s.rq.shut()
 	s.flushCloses(ctx)
 	return s.sess.Close(ctx)
 }
@@ -193,6 +201,10 @@ var errShort = errors.New("nfsv41: COMPOUND reply does not match the request")
 // the file is being recalled, RFC 8881 §10.4.5) sends the COMPOUND again
 // after a pause, 50 ms doubling to 1 s, until ctx ends; the operation that
 // said it did nothing, and those before it only find and look.
+//
+// NFS4ERR_GRACE (a restarted server takes only reclaims for now, RFC 8881
+// §8.4.2.1) is waited out the same way, from 250 ms doubling to 2 s, for
+// at most graceBound: the grace period lasts about a lease.
 func (s *Server) compound(ctx context.Context, c *proto.Cred, name string, ops []nfs4.Argop) (*reply, error) {
 	return s.compoundLead(ctx, c, name, nil, ops)
 }
@@ -203,14 +215,24 @@ func (s *Server) compound(ctx context.Context, c *proto.Cred, name string, ops [
 // logged, its lease ends it), and ops go again alone.
 func (s *Server) compoundLead(ctx context.Context, c *proto.Cred, name string, lead []*pendingClose, ops []nfs4.Argop) (*reply, error) {
 	pause := 50 * time.Millisecond
+	var graceUntil time.Time
 	for {
 		r, err := s.compoundOnce(ctx, c, name, lead, ops)
 		lead = nil
 		if errors.Is(err, errLeadFailed) {
 			continue
 		}
-		if err != nil || r.res.Status != nfs4.ErrDelay {
+		if err != nil || (r.res.Status != nfs4.ErrDelay && r.res.Status != nfs4.ErrGrace) {
 			return r, err
+		}
+		if r.res.Status == nfs4.ErrGrace {
+			now := s.now()
+			if graceUntil.IsZero() {
+				graceUntil = now.Add(graceBound(s.sess.Info().Lease))
+				pause = max(pause, 250*time.Millisecond)
+			} else if now.After(graceUntil) {
+				return r, nil
+			}
 		}
 		t := time.NewTimer(pause)
 		select {
@@ -219,9 +241,19 @@ func (s *Server) compoundLead(ctx context.Context, c *proto.Cred, name string, l
 			return r, nil
 		case <-t.C:
 		}
-		pause = min(2*pause, time.Second)
+		limit := time.Second
+		if !graceUntil.IsZero() {
+			limit = 2 * time.Second
+		}
+		pause = min(2*pause, limit)
 	}
 }
+
+// graceBound is how long NFS4ERR_GRACE is waited out: servers extend their
+// grace period while clients still reclaim (hushfs serve up to two
+// leases; ganesha's Grace_Period is 90 s by default), so three leases and
+// never less than 90 s.
+func graceBound(lease time.Duration) time.Duration { return max(3*lease, 90*time.Second) }
 
 // errLeadFailed: a CLOSE sent before a COMPOUND's operations failed, and
 // they did not run.
@@ -248,6 +280,15 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 			all = append(all, closeOps(p)...)
 		}
 	}
+	// Read-ahead listings ride last (riderq.go).
+	riders := s.takeRiders(c, all, len(lead)+len(trail) > 0 || !session.Idempotent(ops))
+	riderAt := len(all)
+	if len(riders) > 0 {
+		all = slices.Clip(all)
+		for _, rd := range riders {
+			all = append(all, rd.ops...)
+		}
+	}
 	r := &reply{ops: all}
 	start := s.now()
 	err := s.sess.Compound(ctx, s.auth(c), all, &r.res)
@@ -269,6 +310,7 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 			names = append(names, o.Op.String())
 		}
 		s.hooks.Finished(&proto.CallStats{Name: name, Ops: names, Transmissions: 1,
+			BytesSent: r.res.Sent, BytesReceived: r.res.Received, RTT: r.res.RTT,
 			Execute: s.now().Sub(start), Err: err})
 	}
 	if err != nil {
@@ -276,7 +318,19 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 		// CLOSE of a new open of the file would close that); the server
 		// drops an open left at the lease's end.
 		s.closesDone(append(lead, trail...), nil, 0)
+		s.ridersDone(riders, nil, 0)
 		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	// The riders' answers are theirs; they alias the reply, which the
+	// trimming below does not touch.
+	s.ridersDone(riders, r, riderAt)
+	if len(riders) > 0 {
+		if len(r.res.Ops) > riderAt {
+			// The riders ran (well or not): all before them succeeded.
+			r.res.Status = nfs4.OK
+		}
+		r.res.Ops = r.res.Ops[:min(riderAt, len(r.res.Ops))]
+		r.ops = r.ops[:riderAt]
 	}
 	if len(lead) > 0 {
 		k := 2 * len(lead)

@@ -189,7 +189,7 @@ func (s *Server) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (pro
 // unlock never came) are released first, and the open's lock states are
 // forgotten. A state the server no longer knows is closed already.
 func (s *Server) CloseOpen(ctx context.Context, c *proto.Cred, fh proto.FH, st proto.StateID) error {
-	if len(s.locks.under(st.Other)) == 0 && s.cq.add(c, fh, st) {
+	if len(s.locks.ownersUnder(fh, st.Other)) == 0 && s.cq.add(c, fh, st) {
 		return nil
 	}
 	defer s.locks.forgetOpen(st.Other)

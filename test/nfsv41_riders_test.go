@@ -1,0 +1,81 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"hushfs/test/harness"
+)
+
+// TestNFSv41GrepRiders: grep -r over a tree of 10 directories of 10 small
+// files on a fresh v4.1 mount of ganesha (behind `hushfs proxy --rtt 5ms`,
+// which counts the COMPOUNDs on the wire) costs one COMPOUND per file and
+// almost nothing for its directories: the listings the walk reads ahead
+// ride in the files' OPENs. Exactly: OPEN 100 (each with its file's data
+// and a READDIR rider or a CLOSE now and then), READDIRPLUS 5 (the root
+// and d0, listed before the walk shows; d1, d2 and d3, the walk's first
+// three listings, before it reads directories never listed ahead:
+// client/walk.go's walkListsFresh), FSSTAT 1 (grep's statfs), CLOSE 1 (the
+// last file's, alone after half a second). grep finds what each file
+// holds.
+func TestNFSv41GrepRiders(t *testing.T) {
+	requireMountTools(t)
+	bin := harness.BuildHushfs(t)
+	g := harness.StartGanesha(t, harness.GaneshaOptions{NFSv4: true})
+	const dirs, per = 10, 10
+	want := map[string]bool{}
+	for d := 0; d < dirs; d++ {
+		dir := filepath.Join(g.ExportDir, fmt.Sprintf("d%d", d))
+		must(t, "mkdir on the server", os.Mkdir(dir, 0o755))
+		for f := 0; f < per; f++ {
+			body := pattern(500+97*f+13*d, byte(d*per+f))
+			name := fmt.Sprintf("f%d", f)
+			if (d+f)%3 == 0 {
+				body = append(body, "\nneedle\n"...)
+				want[fmt.Sprintf("d%d/%s", d, name)] = true
+			}
+			must(t, "write on the server", os.WriteFile(filepath.Join(dir, name), body, 0o644))
+		}
+	}
+	p := startFaultProxyNS(t, bin, g.NS, fmt.Sprintf("%s:%d", g.Addr, g.NFSPort), "--rtt", "5ms")
+	mnt := t.TempDir()
+	m := harness.StartMount(t, harness.MountSpec{Bin: bin, Server: g.Addr, Export: g.ExportPath, Dir: mnt, NS: g.NS,
+		Options: fmt.Sprintf("vers=4.1,port=%s", p.Port)})
+
+	before := p.Counts(t)
+	prev := m.Stats(t)
+	start := time.Now()
+	out, err := exec.Command("grep", "-r", "-l", "needle", mnt).CombinedOutput()
+	wall := time.Since(start)
+	must(t, "grep -r\n"+string(out), err)
+	time.Sleep(1500 * time.Millisecond) // the last CLOSE goes alone
+	d := delta(prev, m.Stats(t))
+	calls := proxyDelta(before, p.Counts(t))
+	t.Logf("grep -r of %d files: %.2f s, proxy %d COMPOUNDs {%s}; mount: %s", dirs*per, wall.Seconds(),
+		total(calls), callsLine(calls), opsLine(d.Ops))
+
+	got := map[string]bool{}
+	for _, line := range strings.Fields(string(out)) {
+		rel, err := filepath.Rel(mnt, line)
+		must(t, "grep's path", err)
+		got[rel] = true
+	}
+	if len(got) != len(want) {
+		t.Errorf("grep found the needle in %d files, want %d", len(got), len(want))
+	}
+	for f := range want {
+		if !got[f] {
+			t.Errorf("grep missed %s", f)
+		}
+	}
+	expectCounts(t, "grep -r", d, map[string]uint64{"OPEN": dirs * per, "READDIRPLUS": 5, "CLOSE": 1, "FSSTAT": 1})
+	if n, w := total(calls), uint64(dirs*per+7); n != w {
+		t.Errorf("the proxy counted %d COMPOUNDs, want %d (one per file, 5 listings, grep's statfs, 1 CLOSE)", n, w)
+	}
+	must(t, "unmount", m.Unmount(false))
+}
