@@ -24,7 +24,7 @@ import (
 //     fetched after the delegation was granted.
 //
 // The kernel keeps them for their usual lifetime too; a return first
-// drops the kernel's listing and names (as the core's
+// drops the kernel's listing and absent names (as the core's
 // own changes do; queued) and, before the DELEGRETURN, the entries' attributes
 // (InvalidateAttrsNow): another client's change waits for the return.
 // Attributes cached before a recall are invalid even within their own
@@ -210,16 +210,22 @@ func (fs *FS) touchDirDeleg(dir *inode) {
 func (fs *FS) undelegateDir(h *heldDeleg) {
 	endDirTrust(h.n, h.dir, fs.now()) // whatever ended it: what it alone kept is fetched again
 	fs.expireAttr(h.n)
-	// The kernel's copy of the listing, and its names (another's create,
-	// remove or rename may be what recalled it).
+	// The kernel's copy of the listing, and the names it holds absent
+	// (another's create may be what recalled it). Names it holds present
+	// stay: their nodes' attributes are forgotten (forgetChildrenNow), so
+	// the next use of a removed one asks and finds it gone; forgetting
+	// them all would cost a lookup each, at the server for names the core
+	// knows only from the listing.
 	fs.notify.InvalidateData(h.n.id)
-	var names []string
+	var absent []string
 	h.n.mu.Lock()
-	for name := range h.n.names {
-		names = append(names, name)
+	for name, d := range h.n.names {
+		if d.node == 0 {
+			absent = append(absent, name)
+		}
 	}
 	h.n.mu.Unlock()
-	for _, name := range names {
+	for _, name := range absent {
 		fs.notify.InvalidateEntry(h.n.id, name)
 	}
 }
@@ -229,8 +235,11 @@ func (fs *FS) undelegateDir(h *heldDeleg) {
 // of one waits for the return, and the kernel was let keep them past
 // their lifetime. From the return's goroutine only.
 func (fs *FS) forgetChildrenNow(h *heldDeleg) {
-	if !h.dir.childAttrs {
-		return
+	fs.dl.mu.Lock()
+	closed := fs.dl.closed
+	fs.dl.mu.Unlock()
+	if !h.dir.childAttrs || closed {
+		return // unmounting: the kernel's caches go with the mount
 	}
 	var ids []NodeID
 	h.n.mu.Lock()
@@ -240,8 +249,24 @@ func (fs *FS) forgetChildrenNow(h *heldDeleg) {
 		}
 	}
 	h.n.mu.Unlock()
-	fs.notify.InvalidateAttrsNow(ids)
+	// Bounded: a kernel that does not take the notifications (going
+	// away) must not hold the return, which the server waits for.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fs.notify.InvalidateAttrsNow(ids)
+	}()
+	t := time.NewTimer(forgetWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		fs.logf("hushfs: the kernel took no attribute invalidation within %v; returning a directory delegation anyway", forgetWait)
+	}
 }
+
+// forgetWait bounds the wait for the kernel's attribute invalidations.
+const forgetWait = 2 * time.Second
 
 // expireAttr makes n's cached attributes expired: replies to calls sent
 // before they arrived stay refused, later ones count.
