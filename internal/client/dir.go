@@ -306,7 +306,9 @@ func (fs *FS) startPass(ctx context.Context, c *Cred, d *openDir, plus bool) err
 				return ctx.Err()
 			}
 		}
-		deleg := fs.wantDirDeleg(dir) // before dir.mu: the table's lock comes first
+		// Before dir.mu: the table's lock comes first. Only from a server
+		// known to answer for them (a listing still asks any other).
+		deleg := fs.dirDelegsKnown() && fs.wantDirDeleg(dir)
 		dir.mu.Lock()
 		_, _, fresh := dir.cachedAttrLocked(fs.now())
 		// With the attributes expired, the pass's first reply revalidates

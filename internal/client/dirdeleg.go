@@ -118,6 +118,14 @@ func (fs *FS) wantDirDeleg(dir *inode) bool {
 	return !fs.dl.closed && (h == nil || h.returning) && fs.delegator.LeaseValid()
 }
 
+// dirDelegsKnown reports whether the server has answered a request for a
+// directory delegation (proto.DirDelegator): only then is a listing read
+// for the sake of one.
+func (fs *FS) dirDelegsKnown() bool {
+	dd, ok := fs.srv.(proto.DirDelegator)
+	return ok && dd.DirDelegations()
+}
+
 // retryDirDelegLocked reports whether a listing of dir, whose
 // attributes are fresh but whose delegation is not held (recalled, say),
 // is to be read from the server again to ask for one: if its pass is one

@@ -188,6 +188,15 @@ type DirChange struct {
 	Attr    PostAttr
 }
 
+// DirDelegator is a server that may grant directory delegations with
+// listings (ReadDirArgs.WantDirDeleg). DirDelegations reports whether it
+// has answered such a request (granted or not): until then, and for a
+// server that does not know the operation, the core reads no listing
+// from it only to ask for one.
+type DirDelegator interface {
+	DirDelegations() bool
+}
+
 // DirNotifier is Callbacks that also take a delegated directory's
 // changes. Notify reports whether the delegation (dir, st) is held here;
 // it must not block the caller.

@@ -3,7 +3,6 @@ package nfsv41
 import (
 	"context"
 	"errors"
-
 	"slices"
 
 	"hushfs/internal/nfs4"
@@ -22,6 +21,12 @@ import (
 // A server without the operation fails the whole COMPOUND at it (an
 // error status, or ganesha's OP_ILLEGAL result in its place): the listing
 // is sent again without it, and this mount does not ask again.
+
+var _ proto.DirDelegator = (*Server)(nil)
+
+// DirDelegations reports whether the server answered a GET_DIR_DELEGATION
+// (proto.DirDelegator).
+func (s *Server) DirDelegations() bool { return s.dirDelegOK.Load() && !s.noDirDeleg.Load() }
 
 // dirNotifyWanted are the notifications asked for.
 var dirNotifyWanted = nfs4.NewBitmap(nfs4.NotifyChangeChildAttrs)
@@ -52,6 +57,7 @@ func (s *Server) takeDirDeleg(r *reply) (d proto.DirDelegation, again bool) {
 		// Stopped before it (the handle): the listing's error is PUTFH's.
 		return d, false
 	}
+	s.dirDelegOK.Store(true)
 	r.ops = slices.Delete(r.ops, 1, 2)
 	r.res.Ops = slices.Delete(r.res.Ops, 1, 2)
 	if g.NonFatal != nfs4.GDD4OK {

@@ -79,6 +79,7 @@ type Server struct {
 	// noDirDeleg: the server failed a GET_DIR_DELEGATION: not asked again
 	// (dirdeleg.go).
 	noDirDeleg atomic.Bool
+	dirDelegOK atomic.Bool // one was answered
 	// rc reclaims after a server restart (reclaim.go).
 	rc atomic.Pointer[reclaimerHolder]
 
