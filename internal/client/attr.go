@@ -275,18 +275,31 @@ func (fs *FS) invalidateAttr(n *inode) {
 //
 // LOCKS_REQUIRED(n.mu)
 func (n *inode) cachedAttrLocked(now time.Time) (proto.Attr, time.Duration, bool) {
-	if !n.attrValid {
+	if !n.attrValid || n.childRecalledLocked() {
 		return proto.Attr{}, 0, false
 	}
 	left := n.attrTime.Add(n.attrTimeo).Sub(now)
 	if left <= 0 {
-		if !n.delegated || n.attrTimeo <= 0 {
+		switch {
+		case n.attrTimeo <= 0:
+			return proto.Attr{}, 0, false
+		case n.delegated:
+			// Under a read delegation nobody changes the file without the
+			// server recalling it first (deleg.go): the attributes are
+			// good, and the kernel may keep them for their usual lifetime.
+			left = n.attrTimeo
+		case n.childTrustedLocked():
+			// Kept by its directory's delegation (dirdeleg.go), as by
+			// its own: the return first makes the kernel forget them.
+			left = n.attrTimeo
+		case n.dirTrustedLocked():
+			// Under its delegation (dirdeleg.go): good, and the kernel
+			// may keep them, and the names, for their usual lifetime (a
+			// recall drops its listing and absent names).
+			left = n.attrTimeo
+		default:
 			return proto.Attr{}, 0, false
 		}
-		// Under a read delegation nobody changes the file without the
-		// server recalling it first (deleg.go): the attributes are good,
-		// and the kernel may keep them for their usual lifetime.
-		left = n.attrTimeo
 	}
 	return n.attr, left, true
 }

@@ -387,7 +387,7 @@ func (fs *FS) applyRefreshed(dir *inode, d *openDir) {
 		}
 		n.mu.Lock()
 		fs.applyAttrLocked(n, &p.attr, p.at)
-		n.parent = dir.id
+		n.setParentLocked(dir)
 		if p.attr.Type == proto.TypeDir {
 			n.name = e.Name
 		}

@@ -54,8 +54,11 @@ type heldDeleg struct {
 	// write: a write delegation (wdeleg.go), whose space limit is limit.
 	write bool
 	limit uint64
-	cred  Cred      // who got it: it goes back under that identity
-	used  time.Time // last open under it
+	// dir: a directory delegation's trust (dirdeleg.go); nil for a file's.
+	dir     *dirTrust
+	counted bool      // GUARDED_BY(delegTable.mu): a dir delegation in ndir
+	cred    Cred      // who got it: it goes back under that identity
+	used    time.Time // last open under it
 	// returning: recalled, revoked, idle or unmounting: no open may use it
 	// any more.
 	returning bool
@@ -68,6 +71,7 @@ type delegTable struct {
 	// early are recalls of delegations not yet known: the CB_RECALL may
 	// overtake the OPEN's reply that grants it. GUARDED_BY(mu)
 	early   map[[12]byte]time.Time
+	ndir    int  // GUARDED_BY(mu): directory delegations held
 	closed  bool // GUARDED_BY(mu): unmounting, no more kept
 	sweeper bool // GUARDED_BY(mu): the idle sweeper runs
 	wg      sync.WaitGroup
@@ -248,6 +252,9 @@ func (fs *FS) recallDeleg(fh proto.FH, st proto.StateID) {
 		return
 	}
 	h.returning = true
+	if h.dir != nil {
+		endDirTrust(h.n, h.dir, fs.now()) // at once: the change may be made already (a local one)
+	}
 	fs.dl.mu.Unlock()
 	fs.returnDelegAsync(h)
 }
@@ -283,12 +290,19 @@ func (fs *FS) returnDeleg(ctx context.Context, h *heldDeleg) {
 			no.mu.Unlock()
 		}
 	}
+	if h.dir != nil {
+		fs.forgetChildrenNow(h)
+	}
 	if err := fs.delegator.ReturnDelegation(ctx, &h.cred, h.fh, h.st); err != nil {
 		fs.logf("hushfs: returning the delegation of a file: %v (the server takes it back at the lease's end)", err)
 	}
 	fs.dl.mu.Lock()
 	if fs.dl.held[string(h.fh)] == h {
 		delete(fs.dl.held, string(h.fh))
+	}
+	if h.dir != nil && h.counted {
+		h.counted = false
+		fs.dl.ndir--
 	}
 	fs.dl.mu.Unlock()
 }
@@ -297,6 +311,10 @@ func (fs *FS) returnDeleg(ctx context.Context, h *heldDeleg) {
 // usual, and are fetched again at the next use.
 func (fs *FS) undelegate(h *heldDeleg) {
 	if h.n == nil {
+		return
+	}
+	if h.dir != nil {
+		fs.undelegateDir(h)
 		return
 	}
 	fs.dl.mu.Lock()

@@ -164,6 +164,9 @@ func (fs *FS) ReadDir(ctx context.Context, c *Cred, dh uint64, offset uint64, pl
 	plus = plus && fs.opts.RdirPlus && !fs.noPlus.Load()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if offset == 0 {
+		fs.touchDirDeleg(d.node)
+	}
 	switch {
 	case offset == 0:
 		// A new pass. This, and only this, is where the directory is
@@ -303,15 +306,23 @@ func (fs *FS) startPass(ctx context.Context, c *Cred, d *openDir, plus bool) err
 				return ctx.Err()
 			}
 		}
+		// Before dir.mu: the table's lock comes first. Only from a server
+		// known to answer for them (a listing still asks any other).
+		deleg := fs.dirDelegsKnown() && fs.wantDirDeleg(dir)
 		dir.mu.Lock()
 		_, _, fresh := dir.cachedAttrLocked(fs.now())
 		// With the attributes expired, the pass's first reply revalidates
 		// the directory (repend) as a GETATTR would: for a directory with
 		// no complete listing kept, and for a READDIRPLUS pass of one
 		// call, which also brings every entry's attributes (ls -l, du
-		// then stat nothing).
+		// then stat nothing). A pass of one call that asks for the
+		// directory's delegation too (dirdeleg.go), which makes the next
+		// listings free, costs no more than the GETATTR.
 		fromServer = !fresh && (dir.bulk.refresh == nil &&
-			(dir.list == nil || plus && fs.bulkOn() && fs.passCallsLocked(dir) <= 1))
+			(dir.list == nil || (plus && fs.bulkOn() || deleg) && fs.passCallsLocked(dir) <= 1))
+		if deleg && !fromServer && fs.retryDirDelegLocked(dir) {
+			fromServer = true // fresh, but the listing is the way to the delegation
+		}
 		dir.mu.Unlock()
 		if !fresh && !fromServer {
 			if err := fs.reviveDir(ctx, c, dir, walking); err != nil {
@@ -354,8 +365,10 @@ func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData, cached bool) *inod
 	}
 	n.mu.Lock()
 	fs.applyAttrLocked(n, &p.attr, p.at) // ignored if older than what n has
-	a, ok := n.attr, n.attrValid
-	n.parent = dir.id
+	// Not those a recalled directory delegation kept (dirdeleg.go): the
+	// kernel would use them before asking again.
+	a, ok := n.attr, n.attrValid && !n.childRecalledLocked()
+	n.setParentLocked(dir)
 	if p.attr.Type == proto.TypeDir {
 		n.name = e.Name
 	}

@@ -125,10 +125,14 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 	}
 	var n int
 	if plus {
-		args := proto.ReadDirArgs{Dir: dir.fh, Cookie: d.cookie, Verf: d.verf, Count: fs.dtpref, MaxCount: fs.rsize}
+		args := proto.ReadDirArgs{Dir: dir.fh, Cookie: d.cookie, Verf: d.verf, Count: fs.dtpref, MaxCount: fs.rsize,
+			WantDirDeleg: first && fs.wantDirDeleg(dir)}
 		res, err := fs.srv.ReadDirPlus(ctx, c, args)
 		if err != nil {
 			return err
+		}
+		if res.DirDeleg.Granted {
+			fs.keepDirDeleg(dir, c, res.DirDeleg, at)
 		}
 		fs.applyAttr(dir, &res.DirAttr, at)
 		if res.Status != nil {
@@ -168,10 +172,14 @@ func (fs *FS) readdirRPC(ctx context.Context, c *Cred, d *openDir, plus bool) er
 		}
 		d.verf, d.eof, d.plusB, n = res.Verf, res.EOF, plusB, len(res.Entries)
 	} else {
-		args := proto.ReadDirArgs{Dir: dir.fh, Cookie: d.cookie, Verf: d.verf, Count: fs.dtpref}
+		args := proto.ReadDirArgs{Dir: dir.fh, Cookie: d.cookie, Verf: d.verf, Count: fs.dtpref,
+			WantDirDeleg: first && fs.wantDirDeleg(dir)}
 		res, err := fs.srv.ReadDir(ctx, c, args)
 		if err != nil {
 			return err
+		}
+		if res.DirDeleg.Granted {
+			fs.keepDirDeleg(dir, c, res.DirDeleg, at)
 		}
 		fs.applyAttr(dir, &res.DirAttr, at)
 		if res.Status != nil {

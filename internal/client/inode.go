@@ -63,6 +63,15 @@ type inode struct {
 	// delegated: the mount holds a read delegation of the file: its
 	// attributes stay valid past their lifetime (deleg.go).
 	delegated bool
+	// dtrust: a directory's latest delegation (dirdeleg.go), and when
+	// one covering its entries' attributes was last recalled (unix
+	// nanoseconds); pdir: the directory the node was last reached from.
+	dtrust          atomic.Pointer[dirTrust]
+	childRecalledAt atomic.Int64
+	pdir            *inode
+	// delegTry: a listing last asked for the directory's delegation
+	// (GUARDED_BY(mu); dirdeleg.go).
+	delegTry time.Time
 	// opening counts v4.1 opens under way, which tell the kernel of a
 	// change they find themselves (openstate.go: openState).
 	opening int

@@ -416,7 +416,7 @@ func (fs *FS) lookupShared(ctx context.Context, c *Cred, dir *inode, name, key s
 		return Entry{}, err, false
 	}
 	n.mu.Lock()
-	n.parent = dir.id
+	n.setParentLocked(dir)
 	if a.Type == proto.TypeDir {
 		n.name = name
 	}

@@ -10,12 +10,16 @@ type Notifier interface {
 	// InvalidateEntry drops the kernel's binding of name in dir, positive
 	// or negative.
 	InvalidateEntry(dir NodeID, name string)
+	// InvalidateAttrsNow drops the nodes' cached attributes (only those)
+	// before it returns. Never from a request the kernel waits on.
+	InvalidateAttrsNow(nodes []NodeID)
 }
 
 type nopNotifier struct{}
 
 func (nopNotifier) InvalidateData(NodeID)          {}
 func (nopNotifier) InvalidateEntry(NodeID, string) {}
+func (nopNotifier) InvalidateAttrsNow([]NodeID)    {}
 
 // SetNotifier installs the kernel notifier (before the file system is
 // served).

@@ -357,7 +357,7 @@ func (fs *FS) finishCreate(ctx context.Context, c *Cred, dir *inode, name string
 		return Entry{}, err
 	}
 	n.mu.Lock()
-	n.parent = dir.id
+	n.setParentLocked(dir)
 	if a.Type == proto.TypeDir {
 		n.name = name
 		// Made just now: empty in the version the reply shows.

@@ -237,7 +237,7 @@ func (fs *FS) rename(ctx context.Context, c *Cred, from *inode, oldName string, 
 	if moved != nil {
 		fs.invalidateAttr(moved) // ctime changed
 		moved.mu.Lock()
-		moved.parent = to.id
+		moved.setParentLocked(to)
 		if moved.attr.Type == proto.TypeDir {
 			moved.name = newName
 		}

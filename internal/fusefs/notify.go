@@ -48,6 +48,16 @@ func (n *notifier) InvalidateEntry(dir client.NodeID, name string) {
 	n.kick()
 }
 
+// InvalidateAttrsNow writes the attribute invalidations at once: the
+// caller (a delegation's return) must know the kernel no longer trusts
+// them before it goes on. Attributes only: no page or directory lock is
+// taken, and it is never called from inside a request.
+func (n *notifier) InvalidateAttrsNow(nodes []client.NodeID) {
+	for _, id := range nodes {
+		n.srv.InodeNotify(uint64(id), -1, 0)
+	}
+}
+
 func (n *notifier) kick() {
 	select {
 	case n.wake <- struct{}{}:

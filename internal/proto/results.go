@@ -104,6 +104,10 @@ type ReadDirArgs struct {
 	Verf     Verf
 	Count    uint32
 	MaxCount uint32 // ReadDirPlus only
+	// WantDirDeleg asks, in the same round trip and before the listing is
+	// read, for a delegation of the directory (a proto.Delegator's
+	// servers only; ReadDirRes.DirDeleg).
+	WantDirDeleg bool
 }
 
 // ReadDirRes is one page of a listing.
@@ -113,6 +117,10 @@ type ReadDirRes struct {
 	Verf    Verf // on success: the cookie verifier to read on with
 	Entries []DirEntry
 	EOF     bool // no entries after these
+	// DirDeleg is the directory delegation WantDirDeleg brought, granted
+	// before the listing was read (whatever Status says: the core keeps
+	// or returns it).
+	DirDeleg DirDelegation
 }
 
 // DirEntry is one entry of a listing page. Name and FH.FH may be anything

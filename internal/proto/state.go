@@ -41,6 +41,17 @@ type Delegation struct {
 	Limit uint64
 }
 
+// DirDelegation is a delegation of a directory (v4.1 GET_DIR_DELEGATION):
+// while it is held, the server recalls it before anyone else changes the
+// directory's entries or attributes. ChildAttrs: the server also tells
+// of (or recalls for) every change of its entries' attributes, so these
+// stay valid too.
+type DirDelegation struct {
+	Granted    bool
+	State      StateID
+	ChildAttrs bool
+}
+
 // OpenArgs opens a file: by name in Dir (Create, if set, makes it), or an
 // already known FH. Access and Deny are Share* bits. The open is the
 // caller's identity's (one open owner per uid, as Linux has). Check, if
@@ -156,6 +167,41 @@ type Callbacks interface {
 	// (v4.1's SEQUENCE status flags), without saying which: no delegation
 	// may be trusted any more. Must not block the caller.
 	Revoked()
+}
+
+// DirChangeKind is what changed in a delegated directory.
+type DirChangeKind uint8
+
+const (
+	ChildAttrsChanged DirChangeKind = iota + 1 // Name's attributes
+	EntryAdded                                 // Name
+	EntryRemoved                               // Name
+	EntryRenamed                               // Name became NewName
+)
+
+// DirChange is one change the server told of in a delegated directory
+// (v4.1 CB_NOTIFY). Attr is the entry's new attributes where sent.
+type DirChange struct {
+	Kind    DirChangeKind
+	Name    string
+	NewName string
+	Attr    PostAttr
+}
+
+// DirDelegator is a server that may grant directory delegations with
+// listings (ReadDirArgs.WantDirDeleg). DirDelegations reports whether it
+// has answered such a request (granted or not): until then, and for a
+// server that does not know the operation, the core reads no listing
+// from it only to ask for one.
+type DirDelegator interface {
+	DirDelegations() bool
+}
+
+// DirNotifier is Callbacks that also take a delegated directory's
+// changes. Notify reports whether the delegation (dir, st) is held here;
+// it must not block the caller.
+type DirNotifier interface {
+	Notify(dir FH, st StateID, changes []DirChange) bool
 }
 
 // Delegator is a server that grants delegations. ReturnDelegation gives

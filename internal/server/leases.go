@@ -84,6 +84,12 @@ type leased struct {
 	// A delegated directory is watched, not leased (leases_dir.go).
 	dir     bool
 	expects []*expectation // events of the server's own changes of the directory
+	// children: an entry's attributes or data changed: the delegations
+	// covering entries are recalled (nfs4_dirchild.go).
+	children bool
+	// childExpects: entries the holder is changing itself, until when
+	// their events are its own (nfs4_dirchild.go).
+	childExpects map[string]time.Time
 	// Changes of a write-leased file's attributes the server makes for
 	// its holder (leases_self.go).
 	selfAttrs []*attrExpectation
@@ -385,6 +391,10 @@ func (w *leaseWatch) scan() {
 			w.forgetExpectsLocked(l)
 		} else if !l.broken && !leaseIntact(l.fd, l.leaseType()) {
 			l.broken = true
+		}
+		if l.dir && l.children && !l.broken {
+			l.children = false
+			recalls = append(recalls, w.s.v4.state.RecallChildren(key, w.s.v4.state.Lease())...)
 		}
 		if l.broken {
 			// A local change of a directory has happened already:

@@ -39,8 +39,10 @@ import (
 const expectTTL = 2 * time.Second
 
 // dirEvents are the events of a delegated directory that recall it.
+// IN_MODIFY and a named IN_ATTRIB are an entry's: they recall only the
+// delegations that cover entries (nfs4_dirchild.go).
 const dirEvents = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_ATTRIB |
-	unix.IN_DELETE_SELF | unix.IN_ONLYDIR
+	unix.IN_MODIFY | unix.IN_DELETE_SELF | unix.IN_ONLYDIR
 
 // expectation is an event the server's own change of a delegated
 // directory will cause.
@@ -135,10 +137,14 @@ func (w *leaseWatch) expect(key string, name []byte, mask uint32) (done func(ok 
 
 // dirEvent judges an event of the delegated directory l: whether it
 // recalls the delegation. An attribute change of an entry (named
-// IN_ATTRIB) is no change of the directory; an expected event of the
+// IN_ATTRIB, IN_MODIFY) is no change of the directory: it recalls only
+// delegations covering entries (l.children); an expected event of the
 // server's own change is consumed.
 func (w *leaseWatch) dirEvent(l *leased, mask uint32, name string) bool {
-	if mask&unix.IN_ATTRIB != 0 && name != "" {
+	if mask&(unix.IN_ATTRIB|unix.IN_MODIFY) != 0 && name != "" {
+		if until, ok := l.childExpects[name]; !ok || w.s.now().After(until) {
+			l.children = true
+		}
 		return false
 	}
 	now := w.s.now()
@@ -155,9 +161,33 @@ func (w *leaseWatch) dirEvent(l *leased, mask uint32, name string) bool {
 	return true
 }
 
+// expectChild tells the watch of the delegated directory key that the
+// server is about to change its entry name for the holder of a delegation
+// covering entries: the entry's events for expectTTL from now are its.
+func (w *leaseWatch) expectChild(key, name string) {
+	if !w.held() {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.files[key]
+	if l == nil || !l.dir {
+		return
+	}
+	if l.childExpects == nil {
+		l.childExpects = map[string]time.Time{}
+	}
+	l.childExpects[name] = w.s.now().Add(expectTTL)
+}
+
 // forgetExpectsLocked drops the expectations whose time is over.
 func (w *leaseWatch) forgetExpectsLocked(l *leased) {
 	now := w.s.now()
+	for name, until := range l.childExpects {
+		if now.After(until) {
+			delete(l.childExpects, name)
+		}
+	}
 	l.expects = slices.DeleteFunc(l.expects, func(e *expectation) bool {
 		return e.ended && (now.After(e.until) || e.matched)
 	})

@@ -131,6 +131,9 @@ func (s *Server) sendRecall(r v4state.Recall) {
 // the change is NFS4ERR_DELAY.
 func (c *compound) mayChange(key string) nfs4.Status {
 	st := c.mayOpen(key)
+	if st == nfs4.OK && c.s.childConflicts(key, c.client) {
+		st = nfs4.ErrDelay // its directory's delegation (nfs4_dirchild.go)
+	}
 	if st == nfs4.OK {
 		c.s.v4.leases.changing(key)
 	}
@@ -187,7 +190,7 @@ func (s *Server) mayChange3(fh []byte) bool {
 		s.v4.leases.changing(string(fh))
 		return true
 	}
-	ok := s.wait3(fh, s.v4.state.Conflicts)
+	ok := s.wait3(fh, s.v4.state.Conflicts) && s.childConflicts3(fh)
 	if ok {
 		s.v4.leases.changing(string(fh))
 	}

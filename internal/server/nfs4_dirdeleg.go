@@ -11,9 +11,10 @@ import (
 // client, an NFSv3 client — first recalls it with CB_RECALL and waits
 // (NFS4ERR_DELAY, or NFS3ERR_JUKEBOX after a little), as for files.
 // Where none is granted the answer is GDD4_UNAVAIL, which fails nothing
-// in the client's COMPOUND. Notifications (CB_NOTIFY) are not offered:
-// the granted notification mask is empty whatever the client asked, so
-// it knows every change recalls.
+// in the client's COMPOUND. Of the notifications (CB_NOTIFY) only the
+// entries' attribute changes are granted, when asked for, and kept by
+// recalling instead (nfs4_dirchild.go); the other kinds are not granted,
+// so the client knows every change of an entry recalls.
 
 func (c *compound) getDirDelegation(a *nfs4.GetDirDelegationArgs) nfs4.Status {
 	res := nfs4.GetDirDelegationRes{Status: nfs4.OK, NonFatal: nfs4.GDD4Unavail}
@@ -27,9 +28,10 @@ func (c *compound) getDirDelegation(a *nfs4.GetDirDelegationArgs) nfs4.Status {
 		return c.status(st)
 	}
 	if dir != nil && c.s.v4.delegations && c.client != nil {
+		children := a.NotificationTypes.Has(nfs4.NotifyChangeChildAttrs)
 		var sid nfs4.Stateid
 		ok := c.s.v4.leases.grantDir(dir, func() (ok bool) {
-			sid, ok = c.s.v4.state.GrantDir(c.client, dir.key)
+			sid, ok = c.s.v4.state.GrantDir(c.client, dir.key, children)
 			return ok
 		})
 		if ok {
@@ -38,6 +40,11 @@ func (c *compound) getDirDelegation(a *nfs4.GetDirDelegationArgs) nfs4.Status {
 			// cookies stay valid while the delegation is held.
 			res = nfs4.GetDirDelegationRes{Status: nfs4.OK, NonFatal: nfs4.GDD4OK,
 				CookieVerf: nfs4.Verifier(dir.cverf), Stateid: sid}
+			if children {
+				// Kept by recalling (nfs4_dirchild.go): any attribute.
+				res.Notification = nfs4.NewBitmap(nfs4.NotifyChangeChildAttrs)
+				res.ChildAttributes = a.ChildAttributes
+			}
 		}
 	}
 	c.reply = res.Append(c.reply)

@@ -400,7 +400,11 @@ func idempotent(ops []nfs4.Argop) bool {
 		case nfs4.OpAccess, nfs4.OpGetattr, nfs4.OpGetFH, nfs4.OpLookup, nfs4.OpLookupP, nfs4.OpNverify,
 			nfs4.OpPutFH, nfs4.OpPutPubFH, nfs4.OpPutRootFH, nfs4.OpRead, nfs4.OpReaddir, nfs4.OpReadlink,
 			nfs4.OpRestoreFH, nfs4.OpSaveFH, nfs4.OpSecinfo, nfs4.OpSecinfoNoName, nfs4.OpVerify,
-			nfs4.OpTestStateid:
+			nfs4.OpTestStateid,
+			// Asked again by a client that holds it, the server may answer
+			// with the same delegation (hushfs serve does): a READDIR with
+			// it must not need a reply cache its listing cannot fit.
+			nfs4.OpGetDirDelegation:
 		default:
 			return false
 		}

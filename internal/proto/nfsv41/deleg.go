@@ -46,6 +46,9 @@ func (s *Server) callback(_ context.Context, _ *nfs4.CBSequenceArgs, op nfs4.CBA
 		}
 		return cbGetattr(cb, a)
 	}
+	if op.Op == nfs4.CBOpNotify {
+		return cbNotify(cb, op.Args)
+	}
 	if op.Op != nfs4.CBOpRecall {
 		return nil
 	}

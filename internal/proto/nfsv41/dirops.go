@@ -267,16 +267,18 @@ func (s *Server) readDir(ctx context.Context, c *proto.Cred, proc string, a prot
 		ops = append(ops, nfs4.Argop{Op: nfs4.OpLookupP}, getattr(fileidAttr))
 	}
 	var r *reply
+	var deleg proto.DirDelegation
 	var err error
 	if wanted, ahead := proto.AheadOf(ctx); ahead && s.rq != nil {
+		// A rider asks for no delegation (dirdeleg.go: the listing's own).
 		r, err = s.compoundAhead(ctx, c, proc, ops, args, wanted)
 	} else {
-		r, err = s.compound(ctx, c, proc, ops)
+		r, deleg, err = s.compoundDirDeleg(ctx, c, proc, a, ops)
 	}
 	if err != nil {
 		return proto.ReadDirRes{}, err
 	}
-	out := proto.ReadDirRes{}
+	out := proto.ReadDirRes{DirDeleg: deleg}
 	out.DirAttr, _ = r.attrs(2)
 	rd, ok := r.at(1).(*nfs4.ReaddirRes)
 	if !ok || rd.Status != nfs4.OK {

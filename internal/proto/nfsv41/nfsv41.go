@@ -76,6 +76,10 @@ type Server struct {
 	rq *riderQueue
 	// cb are the core's answers to callbacks (deleg.go).
 	cb atomic.Pointer[cbHolder]
+	// noDirDeleg: the server failed a GET_DIR_DELEGATION: not asked again
+	// (dirdeleg.go).
+	noDirDeleg atomic.Bool
+	dirDelegOK atomic.Bool // one was answered
 	// rc reclaims after a server restart (reclaim.go).
 	rc atomic.Pointer[reclaimerHolder]
 

@@ -34,6 +34,9 @@ type Deleg struct {
 	recalled time.Time // when the recall was asked for; zero: not recalled
 	revokeAt time.Time // when a recalled delegation not returned is revoked
 	revoked  bool      // the stateid is kept until FREE_STATEID, unusable
+	// children: a directory delegation that also covers its entries'
+	// attributes (dirdeleg.go).
+	children bool
 }
 
 // Recall is a delegation to recall: what CB_RECALL needs.
@@ -323,6 +326,9 @@ func (st *State) unlinkDelegLocked(d *Deleg) {
 	f := d.file
 	f.delegs = slices.DeleteFunc(f.delegs, func(x *Deleg) bool { return x == d })
 	st.delegs.Add(-1)
+	if d.children {
+		st.childDelegs.Add(-1)
+	}
 	st.dropFileIfIdle(f)
 }
 

@@ -77,6 +77,9 @@ type State struct {
 	files    map[string]*File
 	stateids map[[nfs4.OtherSize]byte]stateRec
 	delegs   atomic.Int64 // delegations held (not revoked); read without the lock
+	// childDelegs: those of them that are directory delegations covering
+	// their entries' attributes (dirdeleg.go).
+	childDelegs atomic.Int64
 
 	grace grace
 }
