@@ -21,8 +21,9 @@ import (
 // and d0, listed before the walk shows; d1, d2 and d3, the walk's first
 // three listings, before it reads directories never listed ahead:
 // client/walk.go's walkListsFresh), FSSTAT 1 (grep's statfs), CLOSE 1 (the
-// last file's, alone after half a second). grep finds what each file
-// holds.
+// last file's, alone after half a second). Reading two levels ahead
+// (client/walkhold.go) changes nothing in this flat tree: its
+// subdirectories are all the root's. grep finds what each file holds.
 func TestNFSv41GrepRiders(t *testing.T) {
 	requireMountTools(t)
 	bin := harness.BuildHushfs(t)
