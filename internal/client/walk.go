@@ -167,6 +167,43 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 	return in
 }
 
+// walkRead is told that the kernel opens file n to read it. A walk that
+// reads the files of a directory it listed is a recursive reader (grep -r),
+// not a build listing a directory and one below it: the never-listed
+// directories it held back (walkListsFresh) are read ahead from now on,
+// riding in those opens' COMPOUNDs over NFSv4.1, instead of after its
+// third listing (each of the first three a round trip of its own).
+func (fs *FS) walkRead(n *inode) {
+	if !fs.bulkOn() {
+		return
+	}
+	n.mu.Lock()
+	pid := n.parent
+	n.mu.Unlock()
+	dir := fs.nodes.get(pid)
+	if dir == nil || dir == n {
+		return
+	}
+	dir.mu.Lock()
+	var listed uint64
+	if dir.bulk != nil {
+		listed = dir.bulk.listedIn
+	}
+	dir.mu.Unlock()
+	now := fs.now()
+	w := &fs.walk
+	w.mu.Lock()
+	if w.session == 0 || listed != w.session || now.Sub(w.last) >= walkIdle || w.lists >= walkListsFresh {
+		w.mu.Unlock()
+		return
+	}
+	w.lists = walkListsFresh
+	w.queue = append(w.unlisted, w.queue...)
+	w.unlisted = nil
+	w.mu.Unlock()
+	fs.pump()
+}
+
 // refreshed is told that a pass over dir ended (ahead: a read-ahead one).
 // A directory the walk enumerated leads it on into its subdirectories.
 func (fs *FS) refreshed(dir *inode, ahead bool, err error) {

@@ -2,6 +2,7 @@ package client
 
 import (
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -67,5 +68,37 @@ func TestWalkReadsTwoLevelsAhead(t *testing.T) {
 	}
 	if fs.nodes.dropCount() != 1 {
 		t.Errorf("letting go of held nodes counted %d drops, want none", fs.nodes.dropCount()-1)
+	}
+}
+
+// TestWalkReadReadsAhead: a walk on a fresh mount that has listed two
+// directories reads no never-listed one ahead (a build may list two and
+// go no further) until it opens a file of one it listed to read it (grep
+// -r): then the rest of the tree is read ahead at once.
+func TestWalkReadReadsAhead(t *testing.T) {
+	ts := startServer(t)
+	var dirs []string
+	for i := 0; i < 10; i++ {
+		dirs = append(dirs, fmt.Sprintf("top/d%d", i))
+	}
+	makeTree(t, ts.dir, dirs, 3)
+	fs, clk := ts.mountClocked(t, "")
+	k := newKernel(t, fs, clk)
+	calls(fs)
+	k.list("top")
+	k.list("top/d0")
+	k.list("top/d1") // top's second subdirectory: the walk shows
+	settle(t, fs)
+	if got := calls(fs); got["READDIRPLUS"] != 3 {
+		t.Errorf("before any file is read: %v, want the 3 listings alone", got)
+	}
+	fh, _, err := fs.Open(k.ctx, root, k.node["top/d1/f0000"], syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.Release(k.ctx, fh)
+	settle(t, fs)
+	if got := calls(fs); got["READDIRPLUS"] != 8 {
+		t.Errorf("after a file of d1 was opened: %v, want d2–d9 read ahead (8)", got)
 	}
 }
