@@ -102,6 +102,9 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	// answered by the ACCESS cache as long as mode and owner are unchanged.
 	// An open that truncates gets them from its SETATTR's reply instead.
 	trunc := flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		fs.walkRead(n) // a walk reading files reads ahead further (walk.go)
+	}
 	var share uint32
 	var first *firstRead
 	var gen uint64 // n.dataGen when the OPEN was sent

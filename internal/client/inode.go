@@ -24,6 +24,10 @@ type inode struct {
 	opens   int    // open files and directories on this node
 	dropped bool   // removed from the table; a new lookup makes a new node
 	stale   bool   // the server said the handle is stale: names must not lead here
+	// aheadHeld: a directory's node made to read it ahead of a walk before
+	// the kernel holds it, aheadDepth levels below one it holds (walkhold.go).
+	aheadHeld  bool
+	aheadDepth int
 
 	mu sync.Mutex
 	// GUARDED_BY(mu)
@@ -227,6 +231,7 @@ func (t *inodeTable) forget(id NodeID, n uint64) {
 		n = in.lookups
 	}
 	in.lookups -= n
+	in.aheadHeld = false // the kernel had it: an ordinary node, whose drop counts
 	t.maybeDropLocked(in)
 }
 
@@ -249,7 +254,7 @@ func (t *inodeTable) unref(id NodeID) {
 
 // LOCKS_REQUIRED(t.mu)
 func (t *inodeTable) maybeDropLocked(in *inode) {
-	if in.lookups > 0 || in.opens > 0 || in.id == RootID || in.dropped {
+	if in.lookups > 0 || in.opens > 0 || in.aheadHeld || in.id == RootID || in.dropped {
 		return
 	}
 	in.dropped = true

@@ -56,7 +56,8 @@ type walker struct {
 	queue    []NodeID  // directories to read ahead, the next first
 	unlisted []NodeID  // never-listed ones held until the walk has listed walkListsFresh
 	queued   map[NodeID]bool
-	cred     Cred // the identity read-ahead is sent with: the walker's
+	held     []NodeID // nodes made to read directories ahead (walkhold.go)
+	cred     Cred     // the identity read-ahead is sent with: the walker's
 }
 
 // visitDir records the kernel's interest in dir — a listing pass (enum),
@@ -111,9 +112,10 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 	w.mu.Lock()
 	active := w.session != 0 && now.Sub(w.last) < walkIdle
 	in := active && (seen == w.session || ahead == w.session || !penum.IsZero() && !penum.Before(w.start))
-	began := false
+	began, over := false, false
 	if !in && evidence {
 		if !active {
+			over = len(w.held) > 0
 			w.session++
 			w.start, w.visits, w.issued, w.lists = penum, 0, 0, 0
 			w.queue, w.unlisted = w.queue[:0], w.unlisted[:0]
@@ -140,6 +142,9 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 		w.cred = Cred{UID: c.UID, GID: c.GID, Groups: append(w.cred.Groups[:0:0], c.Groups...)}
 	}
 	w.mu.Unlock()
+	if over {
+		fs.releaseHeld(true) // the last walk's
+	}
 
 	dir.mu.Lock()
 	b.visitWalk = in
@@ -162,6 +167,43 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 	return in
 }
 
+// walkRead is told that the kernel opens file n to read it. A walk that
+// reads the files of a directory it listed is a recursive reader (grep -r),
+// not a build listing a directory and one below it: the never-listed
+// directories it held back (walkListsFresh) are read ahead from now on,
+// riding in those opens' COMPOUNDs over NFSv4.1, instead of after its
+// third listing (each of the first three a round trip of its own).
+func (fs *FS) walkRead(n *inode) {
+	if !fs.bulkOn() {
+		return
+	}
+	n.mu.Lock()
+	pid := n.parent
+	n.mu.Unlock()
+	dir := fs.nodes.get(pid)
+	if dir == nil || dir == n {
+		return
+	}
+	dir.mu.Lock()
+	var listed uint64
+	if dir.bulk != nil {
+		listed = dir.bulk.listedIn
+	}
+	dir.mu.Unlock()
+	now := fs.now()
+	w := &fs.walk
+	w.mu.Lock()
+	if w.session == 0 || listed != w.session || now.Sub(w.last) >= walkIdle || w.lists >= walkListsFresh {
+		w.mu.Unlock()
+		return
+	}
+	w.lists = walkListsFresh
+	w.queue = append(w.unlisted, w.queue...)
+	w.unlisted = nil
+	w.mu.Unlock()
+	fs.pump()
+}
+
 // refreshed is told that a pass over dir ended (ahead: a read-ahead one).
 // A directory the walk enumerated leads it on into its subdirectories.
 func (fs *FS) refreshed(dir *inode, ahead bool, err error) {
@@ -181,7 +223,14 @@ func (fs *FS) refreshed(dir *inode, ahead bool, err error) {
 	inWalk := dir.bulk != nil && (dir.bulk.walkSeen == session || dir.bulk.aheadIn == session)
 	dir.mu.Unlock()
 	if err == nil && inWalk {
-		fs.enqueue(fs.subdirs(dir), true)
+		// Subdirectories of one read ahead are further from the walk
+		// than what it queued before (walkhold.go): behind them.
+		front := true
+		if ahead {
+			fs.holdSubdirs(dir, session)
+			front = false
+		}
+		fs.enqueue(fs.subdirs(dir), front)
 	}
 	fs.pump()
 }
@@ -208,7 +257,22 @@ func (fs *FS) walkOn(dir *inode, fromServer bool) {
 	on := dir.bulk != nil && (dir.bulk.aheadIn == session || fromServer && dir.bulk.walkSeen == session)
 	dir.mu.Unlock()
 	if on {
-		fs.enqueue(fs.subdirs(dir), true)
+		// The kernel holds dir's subdirectories now: what their listings
+		// read ahead name, two levels below them, is read ahead too.
+		subs := fs.subdirs(dir)
+		var deeper []NodeID
+		for _, id := range subs {
+			if n := fs.nodes.get(id); n != nil {
+				fs.holdSubdirs(n, session)
+				for _, id2 := range fs.subdirs(n) {
+					if n2 := fs.nodes.get(id2); n2 != nil {
+						fs.holdSubdirs(n2, session)
+					}
+					deeper = append(deeper, id2)
+				}
+			}
+		}
+		fs.enqueue(append(subs, deeper...), true)
 		fs.pump()
 	}
 }
@@ -284,6 +348,12 @@ func (fs *FS) enqueue(ids []NodeID, front bool) {
 		if !w.queued[id] {
 			w.queued[id] = true
 			add = append(add, id)
+		} else if front {
+			// Wanted sooner than when it was queued: moved up.
+			if i := slices.Index(w.queue, id); i >= 0 {
+				w.queue = slices.Delete(w.queue, i, i+1)
+				add = append(add, id)
+			}
 		}
 	}
 	if front {
@@ -306,9 +376,15 @@ func (fs *FS) pump() {
 	for {
 		now := fs.now()
 		w.mu.Lock()
+		if w.session != 0 && now.Sub(w.last) >= walkIdle && len(w.held) > 0 {
+			w.mu.Unlock()
+			fs.releaseHeld(true) // the walk is over
+			return
+		}
 		if len(w.queue) == 0 || w.inflight >= aheadCalls || w.issued >= w.visits+aheadWindow ||
 			w.session == 0 || now.Sub(w.last) >= walkIdle {
 			w.mu.Unlock()
+			fs.releaseHeld(false)
 			return
 		}
 		id := w.queue[0]
@@ -358,6 +434,8 @@ func (fs *FS) startAhead(dir *inode, c *Cred, session uint64) (started, hold boo
 	_, _, fresh := dir.cachedAttrLocked(now)
 	want := dir.attrValid && dir.attr.Type == proto.TypeDir && b.refresh == nil &&
 		now.Sub(b.failAt) >= bulkDemandWindow && now.Sub(b.freshAt) >= fs.opts.AcRegMin &&
+		// The kernel began listing it: that listing reads it.
+		(b.listedAt.IsZero() || now.Sub(b.listedAt) >= bulkHintWindow) &&
 		fs.passCallsLocked(dir) <= 1
 	stale := !fresh || dir.list == nil || !dir.namesValidLocked()
 	if want && !dir.knowsEntriesLocked() {
