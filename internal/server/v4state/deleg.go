@@ -122,24 +122,7 @@ func (st *State) addDelegLocked(cl *Client, f *File, write bool) nfs4.Stateid {
 // read the file key: only other clients' write delegations stand in the
 // way (their holders may have data the server has not seen).
 func (st *State) ReadConflicts(key string, by *Client) (recall []Recall, wait bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	f := st.files[key]
-	if f == nil {
-		return nil, false
-	}
-	now := st.now()
-	for _, d := range f.delegs {
-		if d.client == by || !d.write {
-			continue
-		}
-		wait = true
-		if d.recalled.IsZero() {
-			d.recalled, d.revokeAt = now, now.Add(st.lease)
-			recall = append(recall, Recall{Stateid: d.sid, FileKey: key, Session: d.client.backSessionLocked()})
-		}
-	}
-	return recall, wait
+	return st.conflicts(key, by, func(d *Deleg) bool { return d.write })
 }
 
 // cbAttrs is what a write delegation's holder answered to CB_GETATTR.
@@ -197,15 +180,32 @@ func (st *State) HasDelegations() bool {
 // still held, in which case the change must wait (NFS4ERR_DELAY,
 // NFS3ERR_JUKEBOX).
 func (st *State) Conflicts(key string, by *Client) (recall []Recall, wait bool) {
+	return st.conflicts(key, by, func(*Deleg) bool { return true })
+}
+
+// conflicts is what Conflicts and its narrower kinds share: other
+// clients' delegations of the file key that in says stand in the way are
+// recalled (each once) and waited for.
+func (st *State) conflicts(key string, by *Client, in func(*Deleg) bool) (recall []Recall, wait bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	f := st.files[key]
 	if f == nil {
 		return nil, false
 	}
-	now := st.now()
+	return st.conflictsLocked(key, f, by, in, st.now(), nil)
+}
+
+// conflictsLocked appends to recall f's delegations (f is the file key)
+// other clients hold that in says stand in the way and that were not
+// recalled yet, marking them recalled at now; wait says whether any is
+// still held.
+//
+// LOCKS_REQUIRED(st.mu)
+func (st *State) conflictsLocked(key string, f *File, by *Client, in func(*Deleg) bool, now time.Time, recall []Recall) ([]Recall, bool) {
+	wait := false
 	for _, d := range f.delegs {
-		if d.client == by {
+		if d.client == by || !in(d) {
 			continue
 		}
 		wait = true

@@ -78,25 +78,10 @@ func (st *State) HoldsChildren(key string, cl *Client) bool {
 // the directory key by client by (nil: NFSv3): only other clients'
 // delegations covering the entries stand in the way.
 func (st *State) ChildConflicts(key string, by *Client) (recall []Recall, wait bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	f := st.files[key]
-	if f == nil {
-		return nil, false
-	}
-	now := st.now()
-	for _, d := range f.delegs {
-		if d.client == by || !d.children {
-			continue
-		}
-		wait = true
-		if d.recalled.IsZero() {
-			d.recalled, d.revokeAt = now, now.Add(st.lease)
-			recall = append(recall, Recall{Stateid: d.sid, FileKey: key, Session: d.client.backSessionLocked()})
-		}
-	}
-	return recall, wait
+	return st.conflicts(key, by, coversChildren)
 }
+
+func coversChildren(d *Deleg) bool { return d.children }
 
 // AllChildConflicts is ChildConflicts of every directory: the changed
 // file's directory is not known.
@@ -105,16 +90,9 @@ func (st *State) AllChildConflicts(by *Client) (recall []Recall, wait bool) {
 	defer st.mu.Unlock()
 	now := st.now()
 	for key, f := range st.files {
-		for _, d := range f.delegs {
-			if d.client == by || !d.children {
-				continue
-			}
-			wait = true
-			if d.recalled.IsZero() {
-				d.recalled, d.revokeAt = now, now.Add(st.lease)
-				recall = append(recall, Recall{Stateid: d.sid, FileKey: key, Session: d.client.backSessionLocked()})
-			}
-		}
+		var held bool
+		recall, held = st.conflictsLocked(key, f, by, coversChildren, now, recall)
+		wait = wait || held
 	}
 	return recall, wait
 }
