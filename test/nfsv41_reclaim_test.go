@@ -132,6 +132,28 @@ type helper struct {
 
 // startHelper starts the helper doing what (reclaimHelperEnv), bounded by
 // a few minutes, killed by pid at cleanup.
+// lockedPair mounts g twice over v4.1 (clients A and B), writes f and g
+// through A and starts the helper that locks them through A.
+func lockedPair(t *testing.T, bin string, g *harness.Ganesha) (ma *harness.Mount, a, b string, holder *helper) {
+	t.Helper()
+	ma, a = fuseV41(t, bin, g, "hard")
+	_, b = fuseV41(t, bin, g, "hard")
+	must(t, "write f", os.WriteFile(filepath.Join(a, "f"), pattern(4096, 1), 0o644))
+	must(t, "write g", os.WriteFile(filepath.Join(a, "g"), pattern(4096, 2), 0o644))
+	return ma, a, b, startLocker(t, a)
+}
+
+// startLocker starts the helper that takes the locks in dir, once it
+// says it holds them.
+func startLocker(t *testing.T, dir string) *helper {
+	t.Helper()
+	holder := startHelper(t, "lock "+dir)
+	if l := holder.next(t, 30*time.Second); l != "locked" {
+		t.Fatalf("the holder: %s", l)
+	}
+	return holder
+}
+
 func startHelper(t *testing.T, what string) *helper {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -293,14 +315,7 @@ func TestNFSv41ReclaimLocks(t *testing.T) {
 	requireMountTools(t)
 	bin := harness.BuildHushfs(t)
 	g := reclaimGanesha(t)
-	ma, a := fuseV41(t, bin, g, "hard")
-	_, b := fuseV41(t, bin, g, "hard")
-	must(t, "write f", os.WriteFile(filepath.Join(a, "f"), pattern(4096, 1), 0o644))
-	must(t, "write g", os.WriteFile(filepath.Join(a, "g"), pattern(4096, 2), 0o644))
-	holder := startHelper(t, "lock "+a)
-	if l := holder.next(t, 30*time.Second); l != "locked" {
-		t.Fatalf("the holder: %s", l)
-	}
+	ma, _, b, holder := lockedPair(t, bin, g)
 
 	time.Sleep(1100 * time.Millisecond) // ganesha's stateids: see TestNFSv41ReclaimMidWrite
 	before := ma.Stats(t)
@@ -375,10 +390,7 @@ func TestNFSv41ReclaimServe(t *testing.T) {
 	}
 	ma, a := mountServe()
 	mb, b := mountServe()
-	holder := startHelper(t, "lock "+a)
-	if l := holder.next(t, 30*time.Second); l != "locked" {
-		t.Fatalf("the holder: %s", l)
-	}
+	holder := startLocker(t, a)
 	readBack(t, "A: read r under the delegation", filepath.Join(a, "r"), pattern(64<<10, 3))
 
 	before := ma.Stats(t)
@@ -451,14 +463,7 @@ func TestNFSv41ReclaimRefused(t *testing.T) {
 	requireMountTools(t)
 	bin := harness.BuildHushfs(t)
 	g := harness.StartGanesha(t, harness.GaneshaOptions{NFSv4: true}) // Graceless
-	ma, a := fuseV41(t, bin, g, "hard")
-	_, b := fuseV41(t, bin, g, "hard")
-	must(t, "write f", os.WriteFile(filepath.Join(a, "f"), pattern(4096, 1), 0o644))
-	must(t, "write g", os.WriteFile(filepath.Join(a, "g"), pattern(4096, 2), 0o644))
-	holder := startHelper(t, "lock "+a)
-	if l := holder.next(t, 30*time.Second); l != "locked" {
-		t.Fatalf("the holder: %s", l)
-	}
+	ma, _, b, holder := lockedPair(t, bin, g)
 	time.Sleep(1100 * time.Millisecond) // ganesha's stateids: see TestNFSv41ReclaimMidWrite
 	g.Restart(t)
 	fmt.Fprintln(holder.in, "write")
