@@ -36,10 +36,12 @@ func TestServerEvictsIdlest(t *testing.T) {
 	time.Sleep(10 * time.Millisecond) // lastActive has nanoseconds, but be clear
 	ping(a, 4)                        // now b is the idlest
 
+	waitIdlest(t, s, b)
 	d := dialRaw(t, ln.Addr())
 	ping(d, 5)
 	b.expectClosed()
 	ping(a, 6) // now d is
+	waitIdlest(t, s, d)
 	e := dialRaw(t, ln.Addr())
 	ping(e, 7)
 	d.expectClosed()
@@ -54,6 +56,25 @@ func TestServerEvictsIdlest(t *testing.T) {
 	}
 	if !logs.contains("closing idle connection") {
 		t.Errorf("eviction not logged:\n%s", logs.String())
+	}
+}
+
+// waitIdlest waits until the server would evict r's connection: a reply
+// the client has read may still be finishing on the server (its call
+// counts as in flight until the handler returns), and a connection with
+// a call in flight is never evicted.
+func waitIdlest(t *testing.T, s *Server, r *rawConn) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		v := s.idlest()
+		s.mu.Unlock()
+		if v != nil && v.info.RemoteAddr.String() == r.nc.LocalAddr().String() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the connection from %v is not the idlest after 5 s", r.nc.LocalAddr())
+		}
 	}
 }
 
