@@ -127,8 +127,19 @@ func untarLocal(r *wrun) []step { return []step{untarStep(r, r.export, r.export)
 // checkUntar checks the unpacked tree against its tarball: every entry's
 // type, mode, owner, size, mtime and contents (tar --compare), and no entry
 // the tarball lacks.
+//
+// GNU tar opens the files it reads with O_NONBLOCK: on the server's disk,
+// a file an NFSv4.1 client holds a write delegation of (hushfs serve keeps
+// a write lease on it) fails that open with EWOULDBLOCK and starts the
+// recall (the kernel's lease rule). The client returns it at once, so the
+// comparison runs once more, after a second, when the first failed so.
 func checkUntar(ctx context.Context, dir, tarball string) (string, bool) {
-	if out, err := runQuiet(ctx, 5*time.Minute, dir, "tar", "--compare", "-f", tarball); err != nil {
+	out, err := runQuiet(ctx, 5*time.Minute, dir, "tar", "--compare", "-f", tarball)
+	if err != nil && strings.Contains(out, "Resource temporarily unavailable") {
+		time.Sleep(time.Second)
+		out, err = runQuiet(ctx, 5*time.Minute, dir, "tar", "--compare", "-f", tarball)
+	}
+	if err != nil {
 		return fmt.Sprintf("tar --compare: %v: %s", err, tailString(strings.TrimSpace(out), 300)), false
 	}
 	want, err := tarEntries(ctx, tarball)
