@@ -16,9 +16,9 @@ import (
 )
 
 // TestUnmountLeavesOthersMount: another mount namespace holds a copy of
-// mount A, so `hushfs umount` here removes A from this namespace only and
-// A's daemon lives on (serving the copy). Mount B is made at the same
-// path. SIGTERM to A's daemon must end it without touching B: B stays
+// mount A and works in it, so `hushfs umount` here removes A from this
+// namespace only and A's daemon lives on (serving the copy). Mount B is
+// made at the same path. SIGTERM to A's daemon must end it without touching B: B stays
 // mounted and working.
 func TestUnmountLeavesOthersMount(t *testing.T) {
 	requireMountTools(t)
@@ -33,11 +33,13 @@ func TestUnmountLeavesOthersMount(t *testing.T) {
 	a := harness.MountServe(t, bin, sa, mnt, "")
 
 	// A private mount namespace with a copy of every mount, A included,
-	// kept alive by a process that waits on its stdin.
+	// kept alive by a process that waits on its stdin, in A's copy (a
+	// copy nothing uses does not keep A's daemon:
+	// TestLazyUnmountNamespaceCopy).
 	holder := exec.Command("unshare", "--mount", "--propagation", "private", "cat")
 	stdin, err := holder.StdinPipe()
 	must(t, "stdin pipe", err)
-	holder.Dir = "/"
+	holder.Dir = mnt
 	holder.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	must(t, "start unshare", holder.Start())
 	held := make(chan struct{})

@@ -40,6 +40,11 @@ const readyEnv = "HUSHFS_MOUNT_READY_FD"
 // default retry is 2 minutes for a foreground mount).
 const mountTimeout = 2 * time.Minute
 
+// orphanCheck is how often a mount looks whether it was unmounted and is
+// held only by other mount namespaces' copies: the mount table, and the
+// process table once it is gone from the mount table.
+const orphanCheck = 500 * time.Millisecond
+
 type mountArgs struct {
 	remote     string
 	mountpoint string
@@ -307,9 +312,20 @@ func serveMount(a mountArgs, host, export string, opts client.Options, mnt strin
 	report(nil)
 	logf("hushfs: mounted %s on %s", a.remote, mnt)
 
+	// A detached mount that only other mount namespaces' copies hold
+	// (see fusefs.Mounted.Orphaned) ends here: this process's exit ends
+	// the connection (the kernel aborts it when /dev/fuse closes), after
+	// the write-back below. With the kernel's write-back cache it may hold
+	// dirty pages of closed files, which the abort would drop: never then.
+	var orphaned <-chan struct{}
+	if !opts.KernelWriteback {
+		orphaned = m.Orphaned(orphanCheck)
+	}
 	select {
 	case <-m.Done():
 		logf("hushfs: %s was unmounted", mnt)
+	case <-orphaned:
+		logf("hushfs: %s was unmounted and nothing uses it but copies in other mount namespaces: ending its connection", mnt)
 	case sig := <-sigc:
 		logf("hushfs: %v: unmounting %s", sig, mnt)
 		switch err := m.Unmount(false); {

@@ -18,6 +18,7 @@ func (fs *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	if err != nil {
 		return status(err)
 	}
+	fs.openHandles.Add(1)
 	*out = fuse.OpenOut{Fh: dh}
 	if cache, keep := fs.core.DirCache(fs.creds.cred(&in.InHeader), dh); cache {
 		out.OpenFlags |= fuse.FOPEN_CACHE_DIR
@@ -81,6 +82,7 @@ func (fs *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.Dir
 func (fs *FS) ReleaseDir(in *fuse.ReleaseIn) {
 	fs.requests.add("releasedir")
 	fs.core.ReleaseDir(in.Fh)
+	fs.openHandles.Add(-1)
 }
 
 // FsyncDir sends the directory's times if the core holds them for a moment;

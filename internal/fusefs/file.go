@@ -13,6 +13,7 @@ func (fs *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 	if err != nil {
 		return status(err)
 	}
+	fs.openHandles.Add(1)
 	fs.fillEntry(&out.EntryOut, &e)
 	out.OpenOut = fuse.OpenOut{Fh: fh}
 	return fuse.OK
@@ -27,6 +28,7 @@ func (fs *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) f
 	if err != nil {
 		return status(err)
 	}
+	fs.openHandles.Add(1)
 	*out = fuse.OpenOut{Fh: fh}
 	if keep {
 		out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
@@ -108,6 +110,7 @@ func (fs *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 func (fs *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	rc := fs.lifetime(cancel, "release")
 	defer rc.finish()
+	defer fs.openHandles.Add(-1) // once written back and closed
 	if in.ReleaseFlags&fuse.FUSE_RELEASE_FLOCK_UNLOCK != 0 {
 		fs.core.ReleaseLocks(rc, in.Fh, in.LockOwner) // the file's flock locks
 	}

@@ -50,6 +50,16 @@ type FS struct {
 	killed    func(tid uint32) bool
 
 	notifier *notifier // set by Init
+
+	// openHandles counts files and directories open (OPEN, CREATE,
+	// OPENDIR answered, not yet released): uses of a detached mount
+	// that no process table shows (a mapping outliving its descriptor;
+	// see Mounted.Orphaned).
+	openHandles atomic.Int64
+	// inflight counts the requests being served (those with a reqCtx):
+	// a process blocked in a lookup of a detached mount uses it with no
+	// descriptor to show for it.
+	inflight atomic.Int64
 }
 
 // New returns the adapter for core.
@@ -127,12 +137,16 @@ type reqCtx struct {
 	done     chan struct{} // closed when cancelled
 	finished chan struct{} // closed when the request ends
 	err      atomic.Value  // error, once done
+
+	inflight *atomic.Int64 // the adapter's count of requests being served
+	ended    atomic.Bool   // finish ran
 }
 
 // request returns the context of a request for operation op.
 func (fs *FS) request(cancel <-chan struct{}, h *fuse.InHeader, op string) *reqCtx {
 	fs.requests.add(op)
-	return &reqCtx{op: op, cancel: cancel, tid: h.Caller.Pid, signalled: fs.signalled}
+	fs.inflight.Add(1)
+	return &reqCtx{op: op, cancel: cancel, tid: h.Caller.Pid, signalled: fs.signalled, inflight: &fs.inflight}
 }
 
 // killable returns the context of a request that waits for write-back
@@ -145,7 +159,8 @@ func (fs *FS) request(cancel <-chan struct{}, h *fuse.InHeader, op string) *reqC
 // does send INTERRUPT). The write-back itself goes on (client.FS.await).
 func (fs *FS) killable(cancel <-chan struct{}, h *fuse.InHeader, op string) *reqCtx {
 	fs.requests.add(op)
-	return &reqCtx{op: op, cancel: cancel, tid: h.Caller.Pid, signalled: fs.killed}
+	fs.inflight.Add(1)
+	return &reqCtx{op: op, cancel: cancel, tid: h.Caller.Pid, signalled: fs.killed, inflight: &fs.inflight}
 }
 
 // lifetime returns the context of a request the kernel never interrupts
@@ -153,7 +168,8 @@ func (fs *FS) killable(cancel <-chan struct{}, h *fuse.InHeader, op string) *req
 // connection ends, and then it ends.
 func (fs *FS) lifetime(cancel <-chan struct{}, op string) *reqCtx {
 	fs.requests.add(op)
-	return &reqCtx{op: op, cancel: cancel, signalled: func(uint32) bool { return true }}
+	fs.inflight.Add(1)
+	return &reqCtx{op: op, cancel: cancel, signalled: func(uint32) bool { return true }, inflight: &fs.inflight}
 }
 
 func (c *reqCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -211,6 +227,9 @@ func (c *reqCtx) finish() {
 	c.once.Do(func() {}) // no watcher can start after this
 	if c.finished != nil {
 		close(c.finished)
+	}
+	if c.inflight != nil && !c.ended.Swap(true) {
+		c.inflight.Add(-1)
 	}
 }
 

@@ -205,6 +205,7 @@ type Mounted struct {
 	Major, Minor uint32
 	uniqueID     uint64 // 0: the kernel has none
 	srv          *fuse.Server
+	fs           *FS
 	done         chan struct{}
 	logf         func(string, ...any)
 
@@ -243,7 +244,7 @@ func Mount(fs *FS, mountpoint string, cfg MountConfig) (*Mounted, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mounting FUSE at %s: %w", mountpoint, err)
 	}
-	m := &Mounted{Mountpoint: mountpoint, srv: srv, done: make(chan struct{}), logf: logf}
+	m := &Mounted{Mountpoint: mountpoint, srv: srv, fs: fs, done: make(chan struct{}), logf: logf}
 	go func() {
 		srv.Serve()
 		m.CloseStats()
