@@ -27,17 +27,7 @@ func (s *Server) Create(ctx context.Context, c *proto.Cred, dir proto.FH, name s
 		OpenType:    nfs4.OpenCreate,
 		Claim:       nfs4.OpenClaim{Type: nfs4.ClaimNull, File: []byte(name)},
 	}
-	switch how.Mode {
-	case proto.Unchecked:
-		open.CreateMode = nfs4.Unchecked
-		open.CreateAttrs = fattrOf(&how.Attrs)
-	case proto.Guarded:
-		open.CreateMode = nfs4.Guarded
-		open.CreateAttrs = fattrOf(&how.Attrs)
-	case proto.Exclusive:
-		open.CreateMode = nfs4.Exclusive41
-		open.CreateVerf = nfs4.Verifier(how.Verf)
-	}
+	setCreateHow(open, &how)
 	if how.Mode != proto.Exclusive && how.Attrs.SetSize {
 		open.ShareAccess = nfs4.ShareAccessWrite | nfs4.ShareAccessWantNoDeleg
 	}

@@ -72,17 +72,7 @@ func (s *Server) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (pro
 		if how := a.Create; how != nil {
 			name = "CREATE" // counted as v3's, which it replaces
 			open.OpenType = nfs4.OpenCreate
-			switch how.Mode {
-			case proto.Unchecked:
-				open.CreateMode = nfs4.Unchecked
-				open.CreateAttrs = fattrOf(&how.Attrs)
-			case proto.Guarded:
-				open.CreateMode = nfs4.Guarded
-				open.CreateAttrs = fattrOf(&how.Attrs)
-			case proto.Exclusive:
-				open.CreateMode = nfs4.Exclusive41
-				open.CreateVerf = nfs4.Verifier(how.Verf)
-			}
+			setCreateHow(open, how)
 		}
 		ops = append(ops, putfh(a.Dir), getattr(fileAttrs))
 		iPre = 1
@@ -290,4 +280,20 @@ func (s *Server) WriteState(ctx context.Context, c *proto.Cred, st proto.StateID
 // share reservations and mandatory locks are checked against it).
 func (s *Server) SetAttrState(ctx context.Context, c *proto.Cred, st proto.StateID, fh proto.FH, in proto.SetAttrs) (proto.WccRes, error) {
 	return s.setattr(ctx, c, ioStateid(st), stateErr, fh, in)
+}
+
+// setCreateHow fills an OPEN that creates with how's createhow4: the
+// attributes to set, or EXCLUSIVE4_1's verifier.
+func setCreateHow(open *nfs4.OpenArgs, how *proto.CreateHow) {
+	switch how.Mode {
+	case proto.Unchecked:
+		open.CreateMode = nfs4.Unchecked
+		open.CreateAttrs = fattrOf(&how.Attrs)
+	case proto.Guarded:
+		open.CreateMode = nfs4.Guarded
+		open.CreateAttrs = fattrOf(&how.Attrs)
+	case proto.Exclusive:
+		open.CreateMode = nfs4.Exclusive41
+		open.CreateVerf = nfs4.Verifier(how.Verf)
+	}
 }
