@@ -119,18 +119,26 @@ func (e *env) v4cb(returnRecalled, failNull bool) (*v4client, *cbClient) {
 	return v, h
 }
 
-// openDeleg opens name for reading with a read delegation wanted, retrying
-// for a second while the server records the back channel's answer to
-// CB_NULL (which the client has seen).
+// openDeleg opens name for reading with a read delegation wanted (see
+// openWanting).
 func (v *v4client) openDeleg(dir nfs4.FH, name string) (*nfs4.OpenRes, nfs4.FH) {
+	v.t.Helper()
+	return v.openWanting(dir, name, nfs4.ShareAccessRead, nfs4.ShareAccessWantReadDeleg, nfs4.DelegateRead, false)
+}
+
+// openWanting opens name with access and the want flag, retrying for a
+// second until the delegation kind typ comes, while the server records
+// the back channel's answer to CB_NULL (which the client has seen). It
+// returns the OPEN's result and the file's handle.
+func (v *v4client) openWanting(dir nfs4.FH, name string, access, want uint32, typ nfs4.DelegationType, create bool) (*nfs4.OpenRes, nfs4.FH) {
 	v.t.Helper()
 	deadline := time.Now().Add(time.Second)
 	for {
-		op := v.openOp(name, nfs4.ShareAccessRead, false)
-		op.Args.(*nfs4.OpenArgs).ShareAccess = nfs4.ShareAccessRead | nfs4.ShareAccessWantReadDeleg
+		op := v.openOp(name, access, create)
+		op.Args.(*nfs4.OpenArgs).ShareAccess = access | want
 		res := v.must(putFH(dir), op, getFH())
 		open := res.Results[1].Res.(*nfs4.OpenRes)
-		if open.Delegation.Type == nfs4.DelegateRead || time.Now().After(deadline) {
+		if open.Delegation.Type == typ || time.Now().After(deadline) {
 			return open, fhOf(res.Results[2].Res)
 		}
 		v.must(putFH(fhOf(res.Results[2].Res)), nfs4.Argop{Op: nfs4.OpClose, Args: &nfs4.CloseArgs{Stateid: open.Stateid}})

@@ -13,24 +13,11 @@ import (
 
 // Write delegations (nfs4_deleg.go, v4state/deleg.go, leases.go).
 
-// openWrite opens name for reading and writing by a with a write
-// delegation wanted, retrying for a second while the server records the
-// back channel's answer to CB_NULL. It returns the OPEN's result and the
-// file's handle.
+// openWrite opens name for reading and writing by v with a write
+// delegation wanted (see openWanting).
 func (v *v4client) openWrite(dir nfs4.FH, name string, create bool) (*nfs4.OpenRes, nfs4.FH) {
 	v.t.Helper()
-	deadline := time.Now().Add(time.Second)
-	for {
-		op := v.openOp(name, nfs4.ShareAccessBoth, create)
-		op.Args.(*nfs4.OpenArgs).ShareAccess = nfs4.ShareAccessBoth | nfs4.ShareAccessWantWriteDeleg
-		res := v.must(putFH(dir), op, getFH())
-		open := res.Results[1].Res.(*nfs4.OpenRes)
-		if open.Delegation.Type == nfs4.DelegateWrite || time.Now().After(deadline) {
-			return open, fhOf(res.Results[2].Res)
-		}
-		v.must(putFH(fhOf(res.Results[2].Res)), nfs4.Argop{Op: nfs4.OpClose, Args: &nfs4.CloseArgs{Stateid: open.Stateid}})
-		time.Sleep(10 * time.Millisecond)
-	}
+	return v.openWanting(dir, name, nfs4.ShareAccessBoth, nfs4.ShareAccessWantWriteDeleg, nfs4.DelegateWrite, create)
 }
 
 // writeDelegated gives a a write delegation of a new file name, open.
