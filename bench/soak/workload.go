@@ -271,14 +271,26 @@ func (w *workload) command(dir, name string, args ...string) (cmdResult, error) 
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &limitedWriter{b: &out, n: 1 << 20}, &limitedWriter{b: &errb, n: 64 << 10}
-	cmd.WaitDelay = 5 * time.Second
+	// Output goes to unlinked temporary files, not pipes: a pipe's write
+	// end is copied into every child another workload forks at the same
+	// moment, and one whose chdir into the mount waits on a blackholed
+	// server keeps it open for seconds after this command has exited.
+	outf, err := anonFile()
+	if err != nil {
+		return cmdResult{exit: -1}, fmt.Errorf("%q: %w", what, err)
+	}
+	defer outf.Close()
+	errf, err := anonFile()
+	if err != nil {
+		return cmdResult{exit: -1}, fmt.Errorf("%q: %w", what, err)
+	}
+	defer errf.Close()
+	cmd.Stdout, cmd.Stderr = outf, errf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// Kill the whole group: make's compilers die with it.
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	err := cmd.Run()
-	r := cmdResult{stdout: out.String(), stderr: errb.String(), exit: -1}
+	err = cmd.Run()
+	r := cmdResult{stdout: readHead(outf, 1<<20), stderr: readHead(errf, 64<<10), exit: -1}
 	if cmd.ProcessState != nil {
 		r.exit = cmd.ProcessState.ExitCode()
 	}
@@ -292,17 +304,26 @@ func (w *workload) command(dir, name string, args ...string) (cmdResult, error) 
 	return r, nil
 }
 
-// limitedWriter keeps the first n bytes written to it.
-type limitedWriter struct {
-	b *bytes.Buffer
-	n int
+// anonFile is a temporary file already unlinked: it vanishes with its
+// last descriptor, whatever happens to the soak.
+func anonFile() (*os.File, error) {
+	f, err := os.CreateTemp("", "hushfs-soak-out-*")
+	if err != nil {
+		return nil, fmt.Errorf("output file: %w", err)
+	}
+	if err := os.Remove(f.Name()); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("output file: %w", err)
+	}
+	return f, nil
 }
 
-func (l *limitedWriter) Write(p []byte) (int, error) {
-	if room := l.n - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(room, len(p))])
-	}
-	return len(p), nil
+// readHead returns the first n bytes of f (a command's whole output is
+// rarely needed, only enough to judge and report it).
+func readHead(f *os.File, n int) string {
+	b := make([]byte, n)
+	k, _ := f.ReadAt(b, 0)
+	return string(b[:k])
 }
 
 // describeDiff says how got differs from want (both read at off).
