@@ -146,31 +146,57 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 	}()
 	share = shareOf(flags)
 	want := accessWant(n, accessForOpen(flags))
-	if fs.openDelegated(c, n, share, want) {
-		return share, nil, nil // no call: the delegation stands for the OPEN (deleg.go)
-	}
-	var readFirst uint32
-	changes := n.changes.Load() // before the OPEN: see keepRead
-	if share == proto.ShareRead {
-		readFirst = fs.readFirstWant(n)
-	}
-	no := fs.opensOf(n)
-	no.mu.RLock()
-	// Readers opened under the delegation are the identity's open too: a
-	// real OPEN must give them read access (opens under the delegation
-	// wait for no.mu, so this stays true until addLocked).
-	access := share
-	no.vmu.Lock()
-	if ow := no.owners[c.UID]; ow != nil && ow.viaDeleg {
-		access |= ow.held
-	}
-	no.vmu.Unlock()
-	at := fs.now()
-	res, err := fs.opener.Open(ctx, c, proto.OpenArgs{FH: n.fh, Access: access, Check: accessAll,
-		WantDeleg: fs.delegator != nil, ReadFirst: readFirst})
-	if err != nil {
+	var (
+		no        *nodeOpens
+		res       proto.OpenRes
+		at        time.Time
+		changes   uint64
+		access    uint32
+		readFirst uint32
+	)
+	// NFS4ERR_DELAY (another client's delegation of the file is being
+	// recalled) is waited out here, not under no.mu: our own recall of a
+	// delegation of this file needs no.mu, and the other client may be
+	// waiting for it to let its own go (both opening for writing a file
+	// both hold read delegations of).
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		if fs.openDelegated(c, n, share, want) {
+			return share, nil, nil // no call: the delegation stands for the OPEN (deleg.go)
+		}
+		readFirst = 0
+		changes = n.changes.Load() // before the OPEN: see keepRead
+		if share == proto.ShareRead {
+			readFirst = fs.readFirstWant(n)
+		}
+		no = fs.opensOf(n)
+		no.mu.RLock()
+		// Readers opened under the delegation are the identity's open too: a
+		// real OPEN must give them read access (opens under the delegation
+		// wait for no.mu, so this stays true until addLocked).
+		access = share
+		no.vmu.Lock()
+		if ow := no.owners[c.UID]; ow != nil && ow.viaDeleg {
+			access |= ow.held
+		}
+		no.vmu.Unlock()
+		at = fs.now()
+		res, err = fs.opener.Open(ctx, c, proto.OpenArgs{FH: n.fh, Access: access, Check: accessAll,
+			WantDeleg: fs.delegator != nil, ReadFirst: readFirst, NoWait: true})
+		if err != nil {
+			no.mu.RUnlock()
+			return 0, nil, err
+		}
+		if !errors.Is(res.Status, proto.ErrDelay) {
+			break
+		}
 		no.mu.RUnlock()
-		return 0, nil, err
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, nil, res.Status // EAGAIN, as when the wait was the protocol's
+		case <-t.C:
+		}
 	}
 	fs.applyAttr(n, &res.Attr, at)
 	if res.Status != nil {

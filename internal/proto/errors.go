@@ -36,6 +36,10 @@ const (
 	// CondNoGrace: the server takes no reclaims (its grace period is
 	// over, or it never had one): nothing more can be reclaimed.
 	CondNoGrace
+	// CondDelay: the server cannot do it yet (v4.1 NFS4ERR_DELAY: a
+	// delegation of the file is being recalled), for a caller that asked
+	// to be told rather than have it waited out (OpenArgs.NoWait).
+	CondDelay
 )
 
 func (e Error) Error() string { return e.Name }
@@ -57,6 +61,7 @@ var (
 	ErrNotSupp   = Error{Errno: syscall.EOPNOTSUPP, Name: "operation not supported", Cond: CondNotSupp}
 	ErrBadState  = Error{Errno: syscall.EIO, Name: "state unknown to the server", Cond: CondBadState}
 	ErrNoGrace   = Error{Errno: syscall.EIO, Name: "no grace period", Cond: CondNoGrace}
+	ErrDelay     = Error{Errno: syscall.EAGAIN, Name: "NFS4ERR_DELAY", Cond: CondDelay}
 )
 
 // ErrIO is the core's own failure of a server's answer it cannot use (a

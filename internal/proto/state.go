@@ -61,7 +61,9 @@ type DirDelegation struct {
 // one returns it in OpenRes.Deleg, and the core must keep or return it);
 // otherwise none is wanted. ReadFirst, if not zero, asks for up to that
 // many bytes from offset 0 in the same round trip (an open for reading by
-// handle; the protocol may read less, or nothing).
+// handle; the protocol may read less, or nothing). NoWait returns a
+// server's "not yet" (OpenRes.Status ErrDelay) instead of waiting it out:
+// a caller holding what the answer to a recall needs must let go first.
 type OpenArgs struct {
 	Dir       FH
 	Name      string
@@ -72,6 +74,7 @@ type OpenArgs struct {
 	Check     uint32
 	WantDeleg bool
 	ReadFirst uint32
+	NoWait    bool
 }
 
 // OpenRes is what an open brought: the file, its state and, in the same

@@ -215,6 +215,12 @@ func (s *Server) compound(ctx context.Context, c *proto.Cred, name string, ops [
 // with then (the server no longer knows the open, or we cannot close it:
 // logged, its lease ends it), and ops go again alone.
 func (s *Server) compoundLead(ctx context.Context, c *proto.Cred, name string, lead []*pendingClose, ops []nfs4.Argop) (*reply, error) {
+	return s.compoundWait(ctx, c, name, lead, ops, true)
+}
+
+// compoundWait is compoundLead; waitDelay false returns an NFS4ERR_DELAY
+// answer to the caller at once (NFS4ERR_GRACE is still waited out).
+func (s *Server) compoundWait(ctx context.Context, c *proto.Cred, name string, lead []*pendingClose, ops []nfs4.Argop, waitDelay bool) (*reply, error) {
 	pause := 50 * time.Millisecond
 	var graceUntil time.Time
 	for {
@@ -223,7 +229,8 @@ func (s *Server) compoundLead(ctx context.Context, c *proto.Cred, name string, l
 		if errors.Is(err, errLeadFailed) {
 			continue
 		}
-		if err != nil || (r.res.Status != nfs4.ErrDelay && r.res.Status != nfs4.ErrGrace) {
+		if err != nil || (r.res.Status != nfs4.ErrDelay && r.res.Status != nfs4.ErrGrace) ||
+			r.res.Status == nfs4.ErrDelay && !waitDelay {
 			return r, err
 		}
 		if r.res.Status == nfs4.ErrGrace {

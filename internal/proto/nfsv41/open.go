@@ -118,7 +118,7 @@ func (s *Server) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (pro
 	} else {
 		taken = back
 	}
-	r, err := s.compoundLead(ctx, c, name, lead, ops)
+	r, err := s.compoundWait(ctx, c, name, lead, ops, !a.NoWait)
 	if err == nil && r.status(iOpen) == nfs4.OK {
 		taken = nil
 	}
@@ -130,6 +130,9 @@ func (s *Server) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (pro
 		return proto.OpenRes{}, err
 	}
 	out := proto.OpenRes{Status: stateErr(r.status(iOpen))}
+	if r.res.Status == nfs4.ErrDelay {
+		out.Status = proto.ErrDelay // a.NoWait (waited out otherwise)
+	}
 	var pre proto.PostAttr
 	if byName {
 		pre, _ = r.attrs(iPre)
