@@ -67,7 +67,9 @@ func (e *env) start(ro bool) {
 	e.t.Helper()
 	// The tests act as root and expect root's powers unless they tune the
 	// squashing themselves.
-	cfg := Config{Root: e.root, StateDir: e.state, ReadOnly: ro, Squash: NoRootSquash, Logf: e.t.Logf}
+	// Recalls are answered NFS4ERR_DELAY at once, as the tests of the
+	// recall path expect; TestV4RecallWaited tunes the wait in.
+	cfg := Config{Root: e.root, StateDir: e.state, ReadOnly: ro, Squash: NoRootSquash, Logf: e.t.Logf, RecallWait: -1}
 	if e.tune != nil {
 		e.tune(&cfg)
 	}

@@ -45,8 +45,9 @@ type v4 struct {
 	observeOp   func(op uint32, d time.Duration)
 	observeCB   func(op uint32, d time.Duration)
 	granted     func(typ string)
-	delegations bool        // grant read delegations
-	leases      *leaseWatch // with delegations: local changes to delegated files (leases.go)
+	delegations bool          // grant read delegations
+	recallWait  time.Duration // see Config.RecallWait (nfs4_deleg.go)
+	leases      *leaseWatch   // with delegations: local changes to delegated files (leases.go)
 	// Callbacks run on goroutines of their own, under cbCtx; Close
 	// cancels it and waits for them.
 	cbCtx    context.Context
@@ -472,6 +473,7 @@ func (s *Server) newV4(cfg *Config) (*v4, error) {
 		observeCB:   cfg.ObserveCallback,
 		granted:     cfg.Granted,
 		delegations: cfg.Delegations,
+		recallWait:  cfg.RecallWait,
 		domain:      domain,
 		pseudo:      pseudoPath(s.rootArg),
 		started:     nfs4.Time{Seconds: now.Unix(), Nseconds: uint32(now.Nanosecond())},

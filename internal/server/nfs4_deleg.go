@@ -29,6 +29,14 @@ import (
 // delegation within a few round trips.
 const v3RecallWait = 500 * time.Millisecond
 
+// v4RecallWait is how long an NFSv4.1 OPEN, READ or change waits for the
+// delegations it recalled before answering NFS4ERR_DELAY: a holder that
+// answers at once (CB_RECALL, its flush, DELEGRETURN: a few round trips)
+// has returned by then, and the caller is answered without the client's
+// DELAY pause (50 ms and more) per file; one that does not costs the
+// caller this much more, once per retry.
+const v4RecallWait = 100 * time.Millisecond
+
 // cbCred is the credential of callbacks on a session: what the client
 // asked for first among those we can send.
 func cbCred(sec []nfs4.CallbackSecParms) (rpc.OpaqueAuth, bool) {
@@ -147,9 +155,7 @@ func (c *compound) mayOpen(key string) nfs4.Status {
 	if !c.s.v4.state.HasDelegations() {
 		return nfs4.OK
 	}
-	recalls, wait := c.s.v4.state.Conflicts(key, c.client)
-	c.s.sendRecalls(recalls)
-	if wait {
+	if !c.s.recallWait(key, c.client, c.s.v4.state.Conflicts, c.s.v4.waitLimit()) {
 		return nfs4.ErrDelay
 	}
 	return nfs4.OK
@@ -174,9 +180,7 @@ func (c *compound) mayRead(key string) nfs4.Status {
 	if !c.s.v4.state.HasDelegations() {
 		return nfs4.OK
 	}
-	recalls, wait := c.s.v4.state.ReadConflicts(key, c.client)
-	c.s.sendRecalls(recalls)
-	if wait {
+	if !c.s.recallWait(key, c.client, c.s.v4.state.ReadConflicts, c.s.v4.waitLimit()) {
 		return nfs4.ErrDelay
 	}
 	return nfs4.OK
@@ -206,11 +210,29 @@ func (s *Server) mayRead3(fh []byte) bool {
 // wait3 recalls what conflicts finds and waits a little for it to be
 // returned; false means it is still held.
 func (s *Server) wait3(fh []byte, conflicts func(string, *v4state.Client) ([]v4state.Recall, bool)) bool {
-	recalls, wait := conflicts(string(fh), nil)
+	return s.recallWait(string(fh), nil, conflicts, v3RecallWait)
+}
+
+// waitLimit is how long NFSv4.1 calls wait for recalled delegations.
+func (v *v4) waitLimit() time.Duration {
+	switch {
+	case v.recallWait < 0:
+		return 0
+	case v.recallWait == 0:
+		return v4RecallWait
+	}
+	return v.recallWait
+}
+
+// recallWait recalls the delegations of key that conflicts finds for
+// client (nil: an NFSv3 client) and waits up to limit for them to be
+// returned; false means some are still held.
+func (s *Server) recallWait(key string, client *v4state.Client, conflicts func(string, *v4state.Client) ([]v4state.Recall, bool), limit time.Duration) bool {
+	recalls, wait := conflicts(key, client)
 	s.sendRecalls(recalls)
-	for deadline := time.Now().Add(v3RecallWait); wait && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-		_, wait = conflicts(string(fh), nil)
+	for deadline := time.Now().Add(limit); wait && time.Now().Before(deadline); {
+		time.Sleep(2 * time.Millisecond)
+		_, wait = conflicts(key, client)
 	}
 	return !wait
 }

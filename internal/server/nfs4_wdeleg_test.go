@@ -398,3 +398,50 @@ func returned(t *testing.T, e *env, h *cbClient, fh nfs4.FH) {
 	}
 	h.settled()
 }
+
+// With the recall wait (Config.RecallWait, on by default), another
+// client's OPEN of a write-delegated file whose holder returns it at once
+// is answered OK, with the holder's data, instead of NFS4ERR_DELAY and a
+// retry after the client's pause; a holder that does not return it still
+// gets the caller NFS4ERR_DELAY once the wait is over.
+func TestV4RecallWaited(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true; c.RecallWait = 0 })
+	root := nfs4.FH(e.srv.RootHandle())
+	a, h := e.v4cb(true, false)
+	b := e.v4(0, 0)
+
+	open, fh := writeDelegated(t, e, a, "f")
+	a.must(putFH(fh), writeOp(open.Delegation.Stateid, 0, "holder's data"))
+	start := time.Now()
+	r := b.must(putFH(root), b.openOp("f", nfs4.ShareAccessRead, false))
+	if el := time.Since(start); el > 2*v4RecallWait {
+		t.Errorf("the OPEN took %v", el)
+	}
+	if sid := recallOf(t, h); sid != open.Delegation.Stateid {
+		t.Fatalf("CB_RECALL of %v, the delegation is %v", sid, open.Delegation.Stateid)
+	}
+	sid := r.Results[1].Res.(*nfs4.OpenRes).Stateid
+	r = b.must(putFH(fh), nfs4.Argop{Op: nfs4.OpRead, Args: &nfs4.ReadArgs{Stateid: sid, Count: 100}})
+	if got := string(r.Results[1].Res.(*nfs4.ReadRes).Data); got != "holder's data" {
+		t.Fatalf("the other client reads %q", got)
+	}
+	h.settled()
+}
+
+// A holder that keeps its delegation: the caller is answered
+// NFS4ERR_DELAY once the recall wait is over.
+func TestV4RecallWaitBounded(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true; c.RecallWait = 0 })
+	root := nfs4.FH(e.srv.RootHandle())
+	c, hc := e.v4cb(false, false)
+	b := e.v4(0, 0)
+	open, _ := writeDelegated(t, e, c, "g")
+	start := time.Now()
+	b.fails(nfs4.ErrDelay, 1, putFH(root), b.openOp("g", nfs4.ShareAccessRead, false))
+	if el := time.Since(start); el < v4RecallWait {
+		t.Errorf("DELAY after %v, want the wait of %v first", el, v4RecallWait)
+	}
+	if sid := recallOf(t, hc); sid != open.Delegation.Stateid {
+		t.Fatalf("CB_RECALL of %v, the delegation is %v", sid, open.Delegation.Stateid)
+	}
+}

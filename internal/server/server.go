@@ -115,6 +115,10 @@ type Config struct {
 	Granted         func(typ string)
 	// Delegations grants NFSv4.1 read delegations (nfs4_deleg.go).
 	Delegations bool
+	// RecallWait is how long an NFSv4.1 call waits for the delegations
+	// it recalled before answering NFS4ERR_DELAY; 0: v4RecallWait,
+	// negative: not at all.
+	RecallWait time.Duration
 
 	io ioOptions // data path tuning and fault injection, for tests (fileio.go)
 }
