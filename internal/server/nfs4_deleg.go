@@ -232,7 +232,10 @@ func (s *Server) recallWait(key string, client *v4state.Client, conflicts func(s
 	s.sendRecalls(recalls)
 	for deadline := time.Now().Add(limit); wait && time.Now().Before(deadline); {
 		time.Sleep(2 * time.Millisecond)
-		_, wait = conflicts(key, client)
+		// A delegation granted meanwhile is marked recalled by this
+		// look too: it must be recalled now, or nobody ever will.
+		recalls, wait = conflicts(key, client)
+		s.sendRecalls(recalls)
 	}
 	return !wait
 }

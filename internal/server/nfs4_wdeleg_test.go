@@ -1,14 +1,17 @@
 package server
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"hushfs/internal/nfs3"
 	"hushfs/internal/nfs4"
+	"hushfs/internal/server/v4state"
 )
 
 // Write delegations (nfs4_deleg.go, v4state/deleg.go, leases.go).
@@ -443,5 +446,49 @@ func TestV4RecallWaitBounded(t *testing.T) {
 	}
 	if sid := recallOf(t, hc); sid != open.Delegation.Stateid {
 		t.Fatalf("CB_RECALL of %v, the delegation is %v", sid, open.Delegation.Stateid)
+	}
+}
+
+// A delegation granted while a change waits for the return of another
+// (the first was returned, a client opened the file again) is recalled
+// too: the wait's later looks mark it recalled, and its CB_RECALL was
+// never sent (the change then waited a lease, until the server revoked
+// it). The looks are scripted here: the grant falls between two of them.
+func TestV4RecallWaitRecallsNewGrant(t *testing.T) {
+	var mu sync.Mutex
+	var logged []string
+	e := startEnvTuned(t, false, func(c *Config) {
+		c.Delegations = true
+		c.Logf = func(format string, args ...any) {
+			mu.Lock()
+			defer mu.Unlock()
+			logged = append(logged, fmt.Sprintf(format, args...))
+		}
+	})
+	looks := 0
+	conflicts := func(key string, by *v4state.Client) ([]v4state.Recall, bool) {
+		looks++
+		switch looks {
+		case 1: // the first holder's delegation, recalled
+			return []v4state.Recall{{FileKey: key}}, true
+		case 2: // a new holder's, marked recalled by this look
+			return []v4state.Recall{{FileKey: key}}, true
+		}
+		return nil, false
+	}
+	if !e.srv.recallWait("f", nil, conflicts, time.Second) {
+		t.Fatal("still held after the looks said none is")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	sent := 0
+	for _, l := range logged {
+		// A Recall without a session is logged instead of sent.
+		if strings.Contains(l, "delegation to recall has no back channel") {
+			sent++
+		}
+	}
+	if sent != 2 {
+		t.Fatalf("%d of the 2 recalls the looks found were sent; log: %q", sent, logged)
 	}
 }
