@@ -29,6 +29,8 @@ type env struct {
 	// samePort: a restart listens on the address of the start before, as
 	// a restarted server does (clients reconnect there).
 	samePort bool
+	// cbClients counts v4cb's clients: each is a client record of its own.
+	cbClients int
 }
 
 func requireRoot(t testing.TB) {

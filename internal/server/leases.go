@@ -173,6 +173,21 @@ func (w *leaseWatch) run() {
 	}
 }
 
+// returned lets the lease of the file key go at once if no delegation
+// needs it any more (a local opener waiting for it goes ahead, and the
+// next grant takes the lease it needs), rather than at the next scan.
+func (w *leaseWatch) returned(key string) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	if l := w.files[key]; l != nil && !l.dir && !w.s.v4.state.Delegated(key) {
+		w.releaseLocked(key, l)
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
 // poke asks for a scan soon (a delegation was returned, a file changed).
 func (w *leaseWatch) poke() {
 	if w == nil {
@@ -199,6 +214,12 @@ func (w *leaseWatch) grant(n *node, grantFn func() bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	l := w.files[n.key]
+	if l != nil && l.write && !w.s.v4.state.Delegated(n.key) {
+		// The write lease of a delegation already back: a local reader
+		// would break it. A read delegation gets a read lease.
+		w.releaseLocked(n.key, l)
+		l = nil
+	}
 	fresh := l == nil
 	if fresh {
 		if len(w.files) >= maxLeases {

@@ -270,7 +270,7 @@ func (c *compound) delegReturn(a *nfs4.StateidArgs) nfs4.Status {
 		st = c.s.v4.state.DelegReturn(c.client, &sid, n.key)
 	}
 	if st == nfs4.OK {
-		c.s.v4.leases.poke() // the lease may go: a local writer may be waiting
+		c.s.v4.leases.returned(n.key) // the lease may go: a local writer may be waiting
 	}
 	return c.status(st)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -104,6 +105,9 @@ func (e *env) v4cb(returnRecalled, failNull bool) (*v4client, *cbClient) {
 	v := &v4client{t: e.t, c: e.client(0, 0).c, cred: rpc.SysCred(0, 0, nil, "hushfs-test"), backChan: true}
 	v.c.Register(testCBProgram, nfs4.CBVersion, h)
 	v.owner = []byte("test client with a back channel " + e.t.Name())
+	if e.cbClients++; e.cbClients > 1 {
+		v.owner = fmt.Appendf(v.owner, " #%d", e.cbClients)
+	}
 	v.setup()
 	h.v = v
 	// DELEGRETURN from the handler goes on a session of the same client

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"hushfs/internal/nfs3"
 	"hushfs/internal/nfs4"
 	"hushfs/internal/server/v4state"
@@ -490,5 +492,33 @@ func TestV4RecallWaitRecallsNewGrant(t *testing.T) {
 	}
 	if sent != 2 {
 		t.Fatalf("%d of the 2 recalls the looks found were sent; log: %q", sent, logged)
+	}
+}
+
+// Once a write delegation is back, a read delegation of the file is
+// backed by a read lease, which a local reader does not break: the write
+// lease went with the return (it was let go by a later scan, and a read
+// delegation granted before that kept it, so that a local O_NONBLOCK
+// open for reading — GNU grep's, tar's — failed with EWOULDBLOCK).
+func TestV4ReadDelegationAfterReturnLocalReader(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true })
+	root := nfs4.FH(e.srv.RootHandle())
+	a, _ := e.v4cb(false, false)
+	b, _ := e.v4cb(false, false)
+	for i := range 20 {
+		name := fmt.Sprint("f", i)
+		open, fh := writeDelegated(t, e, a, name)
+		a.must(putFH(fh), writeOp(open.Stateid, 0, "written"))
+		a.must(putFH(fh), nfs4.Argop{Op: nfs4.OpClose, Args: &nfs4.CloseArgs{Stateid: open.Stateid}})
+		a.must(putFH(fh), nfs4.Argop{Op: nfs4.OpDelegReturn, Args: &nfs4.DelegReturnArgs{Stateid: open.Delegation.Stateid}})
+		rd, _ := b.openDeleg(root, name)
+		if rd.Delegation.Type != nfs4.DelegateRead {
+			continue
+		}
+		fd, err := unix.Open(filepath.Join(e.root, name), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		if err != nil {
+			t.Fatalf("%s: a local O_NONBLOCK open for reading while another client holds a read delegation: %v", name, err)
+		}
+		unix.Close(fd)
 	}
 }
