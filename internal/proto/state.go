@@ -197,6 +197,15 @@ type DirDelegator interface {
 	DirDelegations() bool
 }
 
+// DirAttrDelegator is a DirDelegator that also asks for a directory's
+// delegation in its GETATTR's round trip: for a directory whose
+// attributes are revalidated but which is never listed (the directories
+// on a path, .git's). Granted as with a listing (the DirDelegation);
+// the attributes come after the grant, so they are covered.
+type DirAttrDelegator interface {
+	GetAttrDirDeleg(ctx context.Context, c *Cred, fh FH) (AttrRes, DirDelegation, error)
+}
+
 // DirNotifier is Callbacks that also take a delegated directory's
 // changes. Notify reports whether the delegation (dir, st) is held here;
 // it must not block the caller.
