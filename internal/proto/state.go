@@ -206,6 +206,16 @@ type DirAttrDelegator interface {
 	GetAttrDirDeleg(ctx context.Context, c *Cred, fh FH) (AttrRes, DirDelegation, error)
 }
 
+// RemoveReturner is a Delegator that gives a file's delegation back in
+// the COMPOUND that removes its name, before the removal: the server
+// would otherwise recall it at the REMOVE (the file is going), and the
+// return be a round trip of its own. returned reports that the server
+// has it back, or had it no longer; else the caller returns it as usual
+// (ReturnDelegation). The removal is done whether or not it was.
+type RemoveReturner interface {
+	RemoveReturning(ctx context.Context, c *Cred, dir FH, name string, file FH, st StateID) (res RemoveRes, returned bool, err error)
+}
+
 // DirNotifier is Callbacks that also take a delegated directory's
 // changes. Notify reports whether the delegation (dir, st) is held here;
 // it must not block the caller.
