@@ -183,7 +183,7 @@ func (fs *FS) attrFromRefresh(ctx context.Context, c *Cred, n *inode) (a proto.A
 		if pid == 0 || dir == nil || dir == n {
 			return a, 0, false, nil
 		}
-		if r = fs.bulkDemand(ctx, c, dir); r == nil {
+		if r = fs.bulkDemand(ctx, c, dir, fs.getattrAsksDirDeleg(n)); r == nil {
 			// A pass that ended since the caller looked may have
 			// brought them: no GETATTR for what it did.
 			n.mu.Lock()
@@ -208,8 +208,13 @@ func (fs *FS) attrFromRefresh(ctx context.Context, c *Cred, n *inode) (a proto.A
 // bulkDemand counts a GETATTR of an expired entry of dir and returns the
 // refresh that will bring it: one under way, or one started now if the
 // demand warrants it (see the top of this file); nil if the caller is to
-// send its GETATTR.
-func (fs *FS) bulkDemand(ctx context.Context, c *Cred, dir *inode) *dirRefresh {
+// send its GETATTR. own: the entry is a directory whose GETATTR asks for
+// its delegation (dirdeleg.go), which no pass of dir brings: it is a
+// demand only where a pass is due at once (ls -l, a walk), else it gets
+// its own GETATTR and with it what keeps it (git status stats .git's
+// subdirectories but lists none: a pass of .git or .git/refs at each run
+// refreshed them for one lifetime only).
+func (fs *FS) bulkDemand(ctx context.Context, c *Cred, dir *inode, own bool) *dirRefresh {
 	walking := fs.visitDir(c, dir, false)
 	now := fs.now()
 	dir.mu.Lock()
@@ -229,14 +234,19 @@ func (fs *FS) bulkDemand(ctx context.Context, c *Cred, dir *inode) *dirRefresh {
 		dir.mu.Unlock()
 		return nil
 	}
+	cost := fs.passCallsLocked(dir)
+	due := walking && cost <= bulkWalkCalls || now.Sub(b.listedAt) < bulkHintWindow
+	if own && !due {
+		dir.mu.Unlock()
+		return nil
+	}
 	if now.Sub(b.demandAt) > bulkDemandWindow {
 		b.demands = 0
 	}
 	b.demands++
 	b.demandAt = now
-	cost := fs.passCallsLocked(dir)
 	need := cost + 1 // the pass pays once the GETATTRs have cost as much
-	if walking && cost <= bulkWalkCalls || now.Sub(b.listedAt) < bulkHintWindow {
+	if due {
 		need = 1
 	}
 	start := b.demands >= need

@@ -276,6 +276,12 @@ func (fs *FS) returnDelegAsync(h *heldDeleg) {
 // kept past their last close go (settleOpensLocked); then DELEGRETURN. The
 // file's attributes are revalidated normally from then on.
 func (fs *FS) returnDeleg(ctx context.Context, h *heldDeleg) {
+	fs.readyReturn(ctx, h)
+	fs.finishReturn(ctx, h, false)
+}
+
+// readyReturn does what goes before h's DELEGRETURN (returnDeleg).
+func (fs *FS) readyReturn(ctx context.Context, h *heldDeleg) {
 	if h.write {
 		fs.flushDelegated(ctx, h)
 	}
@@ -293,8 +299,15 @@ func (fs *FS) returnDeleg(ctx context.Context, h *heldDeleg) {
 	if h.dir != nil {
 		fs.forgetChildrenNow(h)
 	}
-	if err := fs.delegator.ReturnDelegation(ctx, &h.cred, h.fh, h.st); err != nil {
-		fs.logf("hushfs: returning the delegation of a file: %v (the server takes it back at the lease's end)", err)
+}
+
+// finishReturn sends h's DELEGRETURN, unless returned (it went with
+// another operation), and forgets h.
+func (fs *FS) finishReturn(ctx context.Context, h *heldDeleg, returned bool) {
+	if !returned {
+		if err := fs.delegator.ReturnDelegation(ctx, &h.cred, h.fh, h.st); err != nil {
+			fs.logf("hushfs: returning the delegation of a file: %v (the server takes it back at the lease's end)", err)
+		}
 	}
 	fs.dl.mu.Lock()
 	if fs.dl.held[string(h.fh)] == h {

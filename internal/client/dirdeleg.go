@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
 
@@ -69,6 +70,18 @@ func (n *inode) dirTrustedLocked() bool {
 	return t != nil && t.held.Load() && !n.attrTime.Before(t.since)
 }
 
+// absentTrustedLocked reports whether n's directory delegation vouches
+// for d, a name n's cache holds absent: confirmed absent (by its LOOKUP,
+// or by a version of n's attributes or listing) no earlier than the
+// GET_DIR_DELEGATION was sent, and the delegation still held. A name
+// confirmed before might have been made in between.
+//
+// LOCKS_REQUIRED(n.mu)
+func (n *inode) absentTrustedLocked(d *dentry) bool {
+	t := n.dtrust.Load()
+	return t != nil && t.held.Load() && !d.validated.Before(t.since)
+}
+
 // childTrustedLocked reports whether the delegation of the directory n
 // was reached from vouches for n's cached attributes.
 //
@@ -116,6 +129,35 @@ func (fs *FS) wantDirDeleg(dir *inode) bool {
 	defer fs.dl.mu.Unlock()
 	h := fs.dl.held[string(dir.fh)]
 	return !fs.dl.closed && (h == nil || h.returning) && fs.delegator.LeaseValid()
+}
+
+// getattrCall sends n's GETATTR, sent at 'at'. A directory whose
+// delegation is wanted asks for it in the same COMPOUND, where the server
+// can (proto.DirAttrDelegator): a directory stat'ed but never listed (the
+// directories of a path, .git's, the mount's root) then costs no GETATTR
+// at its next use either, nor do the names absent from it.
+func (fs *FS) getattrCall(ctx context.Context, c *Cred, n *inode, at time.Time) (proto.AttrRes, error) {
+	if !fs.getattrAsksDirDeleg(n) {
+		return fs.srv.GetAttr(ctx, c, n.fh)
+	}
+	res, d, err := fs.srv.(proto.DirAttrDelegator).GetAttrDirDeleg(ctx, c, n.fh)
+	if err == nil && d.Granted {
+		fs.keepDirDeleg(n, c, d, at)
+	}
+	return res, err
+}
+
+// getattrAsksDirDeleg reports whether n's GETATTR is to ask for n's
+// delegation: a directory, whose delegation is wanted, of a server that
+// answers for them and takes the request with a GETATTR.
+func (fs *FS) getattrAsksDirDeleg(n *inode) bool {
+	if _, ok := fs.srv.(proto.DirAttrDelegator); !ok || !fs.dirDelegsKnown() {
+		return false
+	}
+	n.mu.Lock()
+	dir := n.attr.Type == proto.TypeDir
+	n.mu.Unlock()
+	return dir && fs.wantDirDeleg(n)
 }
 
 // dirDelegsKnown reports whether the server has answered a request for a

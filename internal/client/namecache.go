@@ -228,7 +228,7 @@ func (fs *FS) cachedLookup(ctx context.Context, c *Cred, dir *inode, name string
 		// Many such names of one directory (a server whose replies do not
 		// prove our changes ours, ganesha's) are confirmed by one
 		// READDIRPLUS pass rather than a LOOKUP each (bulk.go).
-		if r := fs.bulkDemand(ctx, c, dir); r != nil {
+		if r := fs.bulkDemand(ctx, c, dir, false); r != nil {
 			select {
 			case <-r.done:
 			case <-ctx.Done():
@@ -252,6 +252,12 @@ func (fs *FS) cachedLookup(ctx context.Context, c *Cred, dir *inode, name string
 				dir.names = map[string]*dentry{}
 			}
 			dir.names[name] = d
+		} else if d != nil && d.node == 0 && dir.attrTime.After(d.validated) &&
+			fs.opts.LookupCache == LookupCacheAll && dir.listedAbsentLocked(name) {
+			// Looked up before the listing was read: absent from it as well,
+			// so confirmed as of then too (and covered by a delegation
+			// granted with it: absentTrustedLocked).
+			d.validated = dir.attrTime
 		}
 		if d == nil || !dir.namesValidLocked() {
 			dir.mu.Unlock()
@@ -273,6 +279,13 @@ func (fs *FS) cachedLookup(ctx context.Context, c *Cred, dir *inode, name string
 			d.kernel = true
 			dir.mu.Unlock()
 			return Entry{EntryTTL: fs.opts.NegTimeo - age}, syscall.ENOENT, true
+		}
+		if dir.absentTrustedLocked(d) {
+			// Confirmed under the directory's delegation, still held:
+			// nobody has made the name since (the server recalls first).
+			d.kernel = true
+			dir.mu.Unlock()
+			return Entry{EntryTTL: fs.opts.NegTimeo}, syscall.ENOENT, true
 		}
 		dir.mu.Unlock()
 		if fetched {

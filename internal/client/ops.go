@@ -71,7 +71,7 @@ func (fs *FS) getattrShared(ctx context.Context, c *Cred, n *inode, fresh bool) 
 	}
 	v, err := fs.flightOrCall(ctx, key, fresh, func() (any, error) {
 		at := fs.now()
-		res, err := fs.srv.GetAttr(ctx, c, n.fh)
+		res, err := fs.getattrCall(ctx, c, n, at)
 		if err != nil {
 			return nil, err
 		}

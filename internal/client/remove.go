@@ -96,8 +96,26 @@ func (fs *FS) remove(ctx context.Context, c *Cred, dir *inode, name string, rmdi
 	if err := fs.sendDirTimes(ctx, dir); err != nil {
 		return err
 	}
+	var res proto.RemoveRes
+	var err error
 	at := fs.now()
-	res, err := op(ctx, c, dir.fh, name)
+	if h := fs.delegForRemove(ctx, c, dir, name, rmdir); h != nil {
+		var returned bool
+		res, returned, err = fs.srv.(proto.RemoveReturner).RemoveReturning(ctx, c, dir.fh, name, h.fh, h.st)
+		if returned {
+			fs.finishReturn(ctx, h, true)
+		} else {
+			fs.dl.wg.Add(1)
+			go func() { // as any return: not the caller's to wait for, nor to interrupt
+				defer fs.dl.wg.Done()
+				rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				fs.finishReturn(rctx, h, false)
+			}()
+		}
+	} else {
+		res, err = op(ctx, c, dir.fh, name)
+	}
 	if err != nil {
 		return err
 	}
@@ -114,6 +132,44 @@ func (fs *FS) remove(ctx context.Context, c *Cred, dir *inode, name string, rmdi
 	}
 	fs.changeName(dir, name, nil, at)
 	return nil
+}
+
+// delegForRemove returns the delegation of the file name in dir, readied
+// for its return (readyReturn) in the COMPOUND that removes the name
+// (proto.RemoveReturner), if that is where it is to go: the file's last
+// name, nothing open here, the delegation c's own. The server would
+// recall it at the REMOVE anyway (git status's index.lock: CREATE,
+// REMOVE and a DELEGRETURN after), and the return is then no call of its
+// own. Its data is written first, as at any return (nothing, for a
+// file closed since it was written).
+func (fs *FS) delegForRemove(ctx context.Context, c *Cred, dir *inode, name string, rmdir bool) *heldDeleg {
+	if _, ok := fs.srv.(proto.RemoveReturner); rmdir || !ok || fs.delegator == nil {
+		return nil
+	}
+	n := fs.knownChild(dir, name)
+	if n == nil || fs.nodes.openCount(n) > 0 {
+		return nil
+	}
+	n.mu.Lock()
+	last := n.attr.Type != proto.TypeDir && n.attr.Nlink == 1
+	n.mu.Unlock()
+	if !last {
+		return nil // it stays, under other names: so does its delegation
+	}
+	fs.dl.mu.Lock()
+	h := fs.dl.held[string(n.fh)]
+	if h == nil || h.returning || h.dir != nil || h.cred.UID != c.UID || h.cred.GID != c.GID {
+		fs.dl.mu.Unlock()
+		return nil
+	}
+	h.returning = true // no open uses it from now on; a recall finds it going
+	fs.dl.mu.Unlock()
+	// Not interrupted: its data must reach the server before the return,
+	// whether or not the removal is made.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	fs.readyReturn(rctx, h)
+	return h
 }
 
 // notEmpty reports whether st is the server's "directory not empty"

@@ -200,6 +200,25 @@ type DirDelegator interface {
 	DirDelegations() bool
 }
 
+// DirAttrDelegator is a DirDelegator that also asks for a directory's
+// delegation in its GETATTR's round trip: for a directory whose
+// attributes are revalidated but which is never listed (the directories
+// on a path, .git's). Granted as with a listing (the DirDelegation);
+// the attributes come after the grant, so they are covered.
+type DirAttrDelegator interface {
+	GetAttrDirDeleg(ctx context.Context, c *Cred, fh FH) (AttrRes, DirDelegation, error)
+}
+
+// RemoveReturner is a Delegator that gives a file's delegation back in
+// the COMPOUND that removes its name, before the removal: the server
+// would otherwise recall it at the REMOVE (the file is going), and the
+// return be a round trip of its own. returned reports that the server
+// has it back, or had it no longer; else the caller returns it as usual
+// (ReturnDelegation). The removal is done whether or not it was.
+type RemoveReturner interface {
+	RemoveReturning(ctx context.Context, c *Cred, dir FH, name string, file FH, st StateID) (res RemoveRes, returned bool, err error)
+}
+
 // DirNotifier is Callbacks that also take a delegated directory's
 // changes. Notify reports whether the delegation (dir, st) is held here;
 // it must not block the caller.

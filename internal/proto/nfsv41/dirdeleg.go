@@ -89,6 +89,23 @@ func (s *Server) compoundDirDeleg(ctx context.Context, c *proto.Cred, proc strin
 	return r, d, err
 }
 
+var _ proto.DirAttrDelegator = (*Server)(nil)
+
+// GetAttrDirDeleg is GetAttr of a directory with GET_DIR_DELEGATION
+// before the GETATTR, in one COMPOUND (proto.DirAttrDelegator).
+func (s *Server) GetAttrDirDeleg(ctx context.Context, c *proto.Cred, fh proto.FH) (proto.AttrRes, proto.DirDelegation, error) {
+	r, d, err := s.compoundDirDeleg(ctx, c, "GETATTR", proto.ReadDirArgs{WantDirDeleg: true},
+		[]nfs4.Argop{putfh(fh), getattr(fileAttrs)})
+	if err != nil {
+		return proto.AttrRes{}, proto.DirDelegation{}, err
+	}
+	a, ok := r.attrs(1)
+	if !ok {
+		return proto.AttrRes{Status: statusErr(r.status(1))}, d, nil
+	}
+	return proto.AttrRes{Attr: a.Attr}, d, nil
+}
+
 // cbNotify hands CB_NOTIFY's changes to the core (proto.DirNotifier).
 // One we cannot take (no such delegation here, a change we did not ask
 // for) is refused: the server then recalls the delegation instead.

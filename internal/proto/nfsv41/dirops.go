@@ -128,30 +128,57 @@ func (s *Server) Mknod(ctx context.Context, c *proto.Cred, dir proto.FH, name st
 // COMPOUND first looks the name up and checks its type (NVERIFY: not a
 // directory; VERIFY: a directory), in the same round trip.
 func (s *Server) Remove(ctx context.Context, c *proto.Cred, dir proto.FH, name string) (proto.RemoveRes, error) {
-	return s.remove(ctx, c, "REMOVE", dir, name, nfs4.OpNverify)
+	return s.remove(ctx, c, "REMOVE", dir, name, nfs4.OpNverify, nil)
 }
 
 func (s *Server) Rmdir(ctx context.Context, c *proto.Cred, dir proto.FH, name string) (proto.RemoveRes, error) {
-	return s.remove(ctx, c, "RMDIR", dir, name, nfs4.OpVerify)
+	return s.remove(ctx, c, "RMDIR", dir, name, nfs4.OpVerify, nil)
 }
 
-func (s *Server) remove(ctx context.Context, c *proto.Cred, proc string, dir proto.FH, name string, check nfs4.Opnum) (proto.RemoveRes, error) {
+var _ proto.RemoveReturner = (*Server)(nil)
+
+// RemoveReturning is Remove with PUTFH of the file and DELEGRETURN
+// before its operations (proto.RemoveReturner). A DELEGRETURN that
+// fails stops the COMPOUND before the removal, which then goes alone.
+func (s *Server) RemoveReturning(ctx context.Context, c *proto.Cred, dir proto.FH, name string, file proto.FH, st proto.StateID) (proto.RemoveRes, bool, error) {
+	ret := []nfs4.Argop{putfh(file), {Op: nfs4.OpDelegReturn, Args: &nfs4.DelegReturnArgs{Stateid: stateidOf(st)}}}
+	var returned bool
+	res, err := s.remove(ctx, c, "REMOVE", dir, name, nfs4.OpNverify, func(r *reply) {
+		switch r.status(1) {
+		case nfs4.OK, nfs4.ErrBadStateid, nfs4.ErrStaleStateid, nfs4.ErrExpired:
+			returned = true // back, or gone already (as ReturnDelegation)
+		}
+	}, ret...)
+	return res, returned, err
+}
+
+// remove sends the removal of name, with ret (a delegation's return)
+// before its operations; seen, if set, sees the first reply.
+func (s *Server) remove(ctx context.Context, c *proto.Cred, proc string, dir proto.FH, name string, check nfs4.Opnum, seen func(*reply), ret ...nfs4.Argop) (proto.RemoveRes, error) {
 	isDir := &nfs4.VerifyArgs{Attrs: nfs4.Fattr{Mask: typeAttr, Type: nfs4.TypeDir}}
+	k := len(ret) // the removal's operations' indices are k on
 	// The name may be a file whose CLOSE is queued: closed first, in the
 	// same COMPOUND (closeq.go).
-	r, err := s.compoundLead(ctx, c, proc, s.cq.takeLead(c), []nfs4.Argop{putfh(dir), getattr(fileAttrs),
-		{Op: nfs4.OpLookup, Args: &nfs4.LookupArgs{Name: []byte(name)}}, {Op: check, Args: isDir},
-		putfh(dir), {Op: nfs4.OpRemove, Args: &nfs4.RemoveArgs{Target: []byte(name)}}, getattr(fileAttrs)})
+	r, err := s.compoundLead(ctx, c, proc, s.cq.takeLead(c), append(ret, putfh(dir), getattr(fileAttrs),
+		nfs4.Argop{Op: nfs4.OpLookup, Args: &nfs4.LookupArgs{Name: []byte(name)}}, nfs4.Argop{Op: check, Args: isDir},
+		putfh(dir), nfs4.Argop{Op: nfs4.OpRemove, Args: &nfs4.RemoveArgs{Target: []byte(name)}}, getattr(fileAttrs)))
 	if err != nil {
 		return proto.RemoveRes{}, err
 	}
-	switch st := r.status(3); {
-	case r.at(3) == nil: // the lookup failed: that is the answer
+	if seen != nil {
+		seen(r)
+	}
+	if k > 0 && r.at(k) == nil {
+		// Stopped in ret: the removal goes alone.
+		return s.remove(ctx, c, proc, dir, name, check, nil)
+	}
+	switch st := r.status(k + 3); {
+	case r.at(k+3) == nil: // the lookup failed: that is the answer
 	case check == nfs4.OpNverify && st == nfs4.ErrSame:
-		pre, _ := r.attrs(1)
+		pre, _ := r.attrs(k + 1)
 		return proto.RemoveRes{Status: proto.Error{Errno: syscall.EISDIR, Name: "NFS4ERR_SAME (a directory)"}, DirWcc: failedWcc(pre)}, nil
 	case check == nfs4.OpVerify && st == nfs4.ErrNotSame:
-		pre, _ := r.attrs(1)
+		pre, _ := r.attrs(k + 1)
 		return proto.RemoveRes{Status: proto.Error{Errno: syscall.ENOTDIR, Name: "NFS4ERR_NOT_SAME (not a directory)"}, DirWcc: failedWcc(pre)}, nil
 	case check == nfs4.OpNverify && st != nfs4.OK:
 		// The server could not read the file's type (ganesha answers
@@ -167,7 +194,7 @@ func (s *Server) remove(ctx context.Context, c *proto.Cred, proc string, dir pro
 		}
 		return removeRes(r, 1, 2), nil
 	}
-	return removeRes(r, 1, 5), nil
+	return removeRes(r, k+1, k+5), nil
 }
 
 // removeRes reads a REMOVE COMPOUND's answer: the directory's GETATTR at
