@@ -52,9 +52,22 @@ import (
 // uses; unlike SIGIO it is not shared with O_ASYNC descriptors.
 const leaseSignal = syscall.Signal(40)
 
-// maxLeases bounds the descriptors held for leases; beyond it, no more
-// delegations are granted.
-const maxLeases = 1024
+// maxLeases bounds the files and directories delegated at once (each
+// a descriptor or an inotify watch); beyond it, no more delegations are
+// granted. A client keeps thousands (hushfs: 5,000 by default), and a
+// directory it stats takes one too. Each scan (a lease signal, and every
+// second) asks F_GETLEASE of each: 8,192 cost a few milliseconds.
+const maxLeases = 8192
+
+// leaseLimit is maxLeases within a quarter of the descriptors the process
+// may open (the rest serve NFS I/O).
+func leaseLimit() int {
+	var r unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &r) != nil {
+		return 1024
+	}
+	return int(max(256, min(uint64(maxLeases), r.Cur/4)))
+}
 
 // defaultLeaseBreak is Linux's default lease-break-time, used when the
 // sysctl cannot be read.
@@ -73,6 +86,7 @@ type leaseWatch struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	within time.Duration // how long a local change waits for delegations to come back
+	limit  int           // leases held at most (leaseLimit)
 }
 
 // leased is a file the server holds a lease on.
@@ -113,6 +127,7 @@ func newLeaseWatch(s *Server) (*leaseWatch, error) {
 		in: os.NewFile(uintptr(fd), "inotify"), sig: make(chan os.Signal, 1), kick: make(chan struct{}, 1),
 		stop: make(chan struct{})}
 	w.within = localRecallTime(readLeaseBreakTime(s.logf))
+	w.limit = leaseLimit()
 	signal.Notify(w.sig, leaseSignal, syscall.SIGIO)
 	w.wg.Add(2)
 	go w.run()
@@ -181,11 +196,15 @@ func (w *leaseWatch) returned(key string) {
 		return
 	}
 	w.mu.Lock()
-	if l := w.files[key]; l != nil && !l.dir && !w.s.v4.state.Delegated(key) {
+	l := w.files[key]
+	dir := l != nil && l.dir
+	if l != nil && !dir && !w.s.v4.state.Delegated(key) {
 		w.releaseLocked(key, l)
 	}
 	w.mu.Unlock()
-	w.poke()
+	if dir {
+		w.poke() // a directory's watch goes at the scan (leases_dir.go)
+	}
 }
 
 // poke asks for a scan soon (a delegation was returned, a file changed).
@@ -222,7 +241,7 @@ func (w *leaseWatch) grant(n *node, grantFn func() bool) bool {
 	}
 	fresh := l == nil
 	if fresh {
-		if len(w.files) >= maxLeases {
+		if len(w.files) >= w.limit {
 			return false
 		}
 		w.s.retireWriter(n)
@@ -263,7 +282,7 @@ func leaseIntact(fd, typ int) bool {
 func (w *leaseWatch) grantWrite(n *node, grantFn func() bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.files[n.key] != nil || len(w.files) >= maxLeases {
+	if w.files[n.key] != nil || len(w.files) >= w.limit {
 		return false
 	}
 	l, err := w.takeWrite(n)

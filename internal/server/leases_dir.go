@@ -63,7 +63,7 @@ func (w *leaseWatch) grantDir(n *node, grantFn func() bool) bool {
 	l := w.files[n.key]
 	fresh := l == nil
 	if fresh {
-		if len(w.files) >= maxLeases {
+		if len(w.files) >= w.limit {
 			return false
 		}
 		var err error
