@@ -59,7 +59,11 @@ func (s *Server) parentKey(n *node) (key, name string, ok bool) {
 // childConflicts recalls the delegations of others (by; nil: an NFSv3
 // client) covering the entries of the directory the file with handle key
 // is in, and reports whether any is still held.
-func (s *Server) childConflicts(key string, by *v4state.Client) (wait bool) {
+//
+// c, for an NFSv4.1 client's change, lets the holders that take
+// notifications be told of the entry's new attributes once the
+// operation is done (CB_NOTIFY, nfs4_dirnotify.go), instead of recalling.
+func (s *Server) childConflicts(key string, by *v4state.Client, c *compound) (wait bool) {
 	if !s.v4.state.HasChildDelegations() {
 		return false
 	}
@@ -73,7 +77,18 @@ func (s *Server) childConflicts(key string, by *v4state.Client) (wait bool) {
 	}
 	dir, name, ok := s.parentKey(n)
 	var recalls []v4state.Recall
-	if ok {
+	if ok && c != nil && by != nil {
+		var notify []v4state.Recall
+		recalls, notify, wait = s.v4.state.ChildNotifyConflicts(dir, by)
+		if len(notify) > 0 {
+			// Its events are this change's, which the holders are told of.
+			s.v4.leases.expectChild(dir, name)
+			c.after = append(c.after, func() { s.v4.notifier.markAttrs(notify, name)() })
+		}
+		if s.v4.state.HoldsChildren(dir, by) {
+			s.v4.leases.expectChild(dir, name)
+		}
+	} else if ok {
 		recalls, wait = s.v4.state.ChildConflicts(dir, by)
 		if s.v4.state.HoldsChildren(dir, by) {
 			s.v4.leases.expectChild(dir, name)
@@ -88,7 +103,7 @@ func (s *Server) childConflicts(key string, by *v4state.Client) (wait bool) {
 // childConflicts3 is childConflicts for an NFSv3 client's change of the
 // file fh, waited for a little as wait3 does: false means still held.
 func (s *Server) childConflicts3(fh []byte) bool {
-	for deadline := time.Now().Add(v3RecallWait); s.childConflicts(string(fh), nil); {
+	for deadline := time.Now().Add(v3RecallWait); s.childConflicts(string(fh), nil, nil); {
 		if time.Now().After(deadline) {
 			return false
 		}
