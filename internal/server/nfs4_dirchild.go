@@ -19,12 +19,11 @@ import (
 // an event of the entry (IN_ATTRIB, IN_MODIFY: leases_dir.go) and
 // recalls them at once.
 //
-// Recall rather than CB_NOTIFY: another client writing a file makes a
-// change per WRITE, and a notification per change (or per 100 ms of
-// them) would keep a stream of callbacks going to every holder for as long
-// as the writer writes, each of which must arrive in order before the
-// write may be acknowledged; one recall ends that, costs the holder one
-// listing to take the delegation again, and leaves nothing to lose.
+// A holder that also takes notifications of entries (nfs4_dirnotify.go)
+// is told the entry's new attributes after each such change instead
+// (CB_NOTIFY, waited for): a callback per WRITE of the writer, coalesced
+// when they overlap. The others are recalled: one recall ends the stream
+// and costs the holder one listing.
 //
 // The file's directory is found from its descriptor's path (the kernel's
 // name for it) and checked to hold the file under that name; a file
