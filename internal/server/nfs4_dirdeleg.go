@@ -76,8 +76,8 @@ func (c *compound) getDirDelegation(a *nfs4.GetDirDelegationArgs) nfs4.Status {
 // local changes is told to expect it).
 //
 // Delegations of others that take notifications of entries stay: once
-// the change is made, done tells their holders (CB_NOTIFY) and waits for
-// them to have taken it (nfs4_dirnotify.go).
+// the operation is done, their holders are told (CB_NOTIFY) and waited
+// for (nfs4_dirnotify.go).
 func (c *compound) mayChangeDir(dir *node, name []byte, mask uint32) (done func(ok bool), st nfs4.Status) {
 	if !c.s.v4.state.HasDelegations() && !c.s.v4.leases.held() {
 		return func(bool) {}, nfs4.OK
@@ -90,8 +90,11 @@ func (c *compound) mayChangeDir(dir *node, name []byte, mask uint32) (done func(
 	expected := c.s.v4.leases.expect(dir.key, name, mask)
 	return func(ok bool) {
 		expected(ok)
-		if ok {
-			c.s.v4.notifier.mark(notify, string(name))()
+		if ok && len(notify) > 0 {
+			// Once the operation is done (an OPEN's create sets the
+			// mode after): the entry as it is then.
+			entry := string(name)
+			c.after = append(c.after, func() { c.s.v4.notifier.mark(notify, entry)() })
 		}
 	}, nfs4.OK
 }
