@@ -71,7 +71,7 @@ func TestNFSv41DirNotify(t *testing.T) {
 	recalls0, notifies0 := serverCallbacks(t, metrics, "CB_RECALL"), serverCallbacks(t, metrics, "CB_NOTIFY")
 
 	const n = 20
-	prev := a.Stats(t)
+	prev, prevB, start := a.Stats(t), b.Stats(t), time.Now()
 	within(t, "B's creates, removes and renames", 60*time.Second, func() error {
 		for i := range n {
 			if err := os.WriteFile(filepath.Join(pb, fmt.Sprintf("new%02d", i)), []byte("new bytes"), 0o644); err != nil {
@@ -94,6 +94,7 @@ func TestNFSv41DirNotify(t *testing.T) {
 		}
 		return os.Mkdir(filepath.Join(pb, "sub"), 0o755)
 	})
+	t.Logf("B's changes: %v, calls {%s}", time.Since(start).Round(time.Millisecond), opsLine(delta(prevB, b.Stats(t)).Ops))
 	expectCounts(t, "A while B changes the directory (no recall: notified)", delta(prev, a.Stats(t)), nil)
 	if r := serverCallbacks(t, metrics, "CB_RECALL") - recalls0; r != 0 {
 		t.Errorf("server: %d CB_RECALLs during B's changes, want none", r)
