@@ -39,7 +39,8 @@ func serverCallbacks(t *testing.T, metricsAddr, op string) int {
 // ls -l equals the host's with no call at all (no READDIR: the held
 // listing took the changes), past the attributes' lifetime. A's stat of
 // a new file has its size. A create on the server's host reaches A's
-// listing the same way. Before CB_NOTIFY each of B's changes recalled the
+// listing the same way. B's chmod of the directory still recalls, and A
+// lists it again. Before CB_NOTIFY each of B's changes recalled the
 // delegation and A's ls -l read the directory again.
 func TestNFSv41DirNotify(t *testing.T) {
 	requireMountTools(t)
@@ -137,6 +138,19 @@ func TestNFSv41DirNotify(t *testing.T) {
 	d := delta(prev, a.Stats(t))
 	if d.Ops["DELEGRETURN"].Ops != 0 || d.Ops["READDIR"].Ops != 0 || d.Ops["READDIRPLUS"].Ops != 0 {
 		t.Errorf("A after the host's create: calls {%s}, want no DELEGRETURN or listing", opsLine(d.Ops))
+	}
+
+	// A change notifications do not tell (the directory's own mode)
+	// recalls: A lists the directory again, its notified listing being
+	// vouched for by the delegation alone.
+	prev = a.Stats(t)
+	within(t, "B: chmod of the directory", 30*time.Second, func() error { return os.Chmod(pb, 0o750) })
+	waitCalls(t, a, prev, "DELEGRETURN", 1)
+	time.Sleep(1500 * time.Millisecond) // past actimeo=1
+	mid := a.Stats(t)
+	sameListing(t, "A after B's chmod of the directory", pa, hostDir)
+	if d := delta(mid, a.Stats(t)); d.Ops["READDIRPLUS"].Ops != 1 {
+		t.Errorf("A: ls -l after the recall: calls {%s}, want the listing read again", opsLine(d.Ops))
 	}
 	must(t, "unmount A", a.Unmount(false))
 	must(t, "unmount B", b.Unmount(false))

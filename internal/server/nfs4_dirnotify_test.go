@@ -169,3 +169,22 @@ func TestV4DirNotify(t *testing.T) {
 	}
 	waitReturned(t, e, h, d)
 }
+
+// A holder whose notification failed is recalled, and until it returns
+// the delegation the next change waits for it (DELAY), as for any
+// delegation being recalled: it may not know of the changes since.
+func TestV4DirNotifyFailedWaits(t *testing.T) {
+	e, root := dirEnv(t, nil)
+	a, h := e.v4cb(false, false)
+	b := e.v4(0, 0)
+	d := lookupFH(a, root, "d")
+	g := a.notifyDeleg(d)
+	h.notifyStatus.Store(int32(nfs4.ErrServerFault))
+	b.must(putFH(d), mkdirOp("x"))
+	if sid := recallOf(t, h); sid != g.Stateid {
+		t.Fatalf("CB_RECALL of %v, the delegation is %v", sid, g.Stateid)
+	}
+	b.fails(nfs4.ErrDelay, 1, putFH(d), mkdirOp("y"))
+	a.must(putFH(d), dirReturnOp(g.Stateid))
+	b.must(putFH(d), mkdirOp("y"))
+}

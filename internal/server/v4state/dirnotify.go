@@ -42,7 +42,11 @@ func (st *State) DirConflicts(key string, by *Client) (recall, notify []Recall, 
 			}
 		}
 	}
-	recall, wait = st.conflictsLocked(key, f, by, func(d *Deleg) bool { return by == nil || d.notify == nil }, st.now(), nil)
+	// One being recalled (its notification failed) is waited for, as
+	// any: its holder may not know of the changes since.
+	recall, wait = st.conflictsLocked(key, f, by, func(d *Deleg) bool {
+		return by == nil || d.notify == nil || !d.recalled.IsZero()
+	}, st.now(), nil)
 	return recall, notify, wait
 }
 
@@ -100,6 +104,8 @@ func (st *State) ChildNotifyConflicts(key string, by *Client) (recall, notify []
 			notify = append(notify, Recall{Stateid: d.sid, FileKey: key, Session: d.client.backSessionLocked(), Notify: d.notify})
 		}
 	}
-	recall, wait = st.conflictsLocked(key, f, by, func(d *Deleg) bool { return d.children && d.notify == nil }, st.now(), nil)
+	recall, wait = st.conflictsLocked(key, f, by, func(d *Deleg) bool {
+		return d.children && (d.notify == nil || !d.recalled.IsZero())
+	}, st.now(), nil)
 	return recall, notify, wait
 }
