@@ -39,6 +39,7 @@ type cbClient struct {
 	// notifyStatus (OK unless set).
 	notifies     chan []nfs4.Notify
 	notifyStatus atomic.Int32
+	notifyHold   chan struct{} // if set (under gmu), CB_NOTIFY is answered once it is closed
 }
 
 func (h *cbClient) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) ([]byte, error) {
@@ -95,6 +96,12 @@ func (h *cbClient) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) (
 			res.Results = append(res.Results, nfs4.CBResop{Op: op.Op, Res: &nfs4.CBGetattrRes{Status: nfs4.OK, Attrs: f}})
 			h.getattrs <- struct{}{}
 		case *nfs4.CBNotifyArgs:
+			h.gmu.Lock()
+			hold := h.notifyHold
+			h.gmu.Unlock()
+			if hold != nil {
+				<-hold
+			}
 			st := nfs4.Status(h.notifyStatus.Load())
 			res.Status = st
 			res.Results = append(res.Results, nfs4.CBResop{Op: op.Op, Res: &nfs4.StatusRes{Status: st}})

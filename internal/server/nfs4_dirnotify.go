@@ -92,7 +92,7 @@ func (dn *dirNotifier) queue(targets []v4state.Recall, what uint8, names []strin
 	if len(targets) == 0 || len(names) == 0 {
 		return func() {}
 	}
-	var waits []chan bool
+	var waits []notifyWaiter
 	var recall []nfs4.Stateid
 	dn.mu.Lock()
 	for _, r := range targets {
@@ -118,7 +118,7 @@ func (dn *dirNotifier) queue(targets []v4state.Recall, what uint8, names []strin
 		if r.Notify.Delay <= 0 {
 			ch := make(chan bool, 1)
 			q.waiters = append(q.waiters, ch)
-			waits = append(waits, ch)
+			waits = append(waits, notifyWaiter{ch, r.Stateid})
 		}
 		if !q.sending {
 			q.sending = true
@@ -128,27 +128,37 @@ func (dn *dirNotifier) queue(targets []v4state.Recall, what uint8, names []strin
 	}
 	dn.mu.Unlock()
 	dn.recall(recall)
-	return func() { dn.wait(waits, targets) }
+	return func() { dn.wait(waits) }
 }
 
-// wait waits for waits, each at most until notifyWait from now; a holder
-// that has not taken its notification by then is recalled.
-func (dn *dirNotifier) wait(waits []chan bool, targets []v4state.Recall) {
+// notifyWaiter is a change waiting for one holder's notification.
+type notifyWaiter struct {
+	ch  chan bool
+	sid nfs4.Stateid
+}
+
+// wait waits for waits, all within notifyWait from now; a holder that
+// has not taken its notification by then is recalled.
+func (dn *dirNotifier) wait(waits []notifyWaiter) {
 	if len(waits) == 0 {
 		return
 	}
 	t := time.NewTimer(notifyWait)
 	defer t.Stop()
-	for _, ch := range waits {
+	for i, w := range waits {
 		select {
-		case <-ch:
+		case <-w.ch:
 		case <-t.C:
 			dn.s.logf("hushfs server: NFSv4.1 CB_NOTIFY not answered within %v: recalling", notifyWait)
-			var sids []nfs4.Stateid
-			for _, r := range targets {
-				sids = append(sids, r.Stateid)
+			var late []nfs4.Stateid
+			for _, w := range waits[i:] {
+				select {
+				case <-w.ch:
+				default:
+					late = append(late, w.sid)
+				}
 			}
-			dn.recall(sids)
+			dn.recall(late)
 			return
 		}
 	}

@@ -188,3 +188,31 @@ func TestV4DirNotifyFailedWaits(t *testing.T) {
 	a.must(putFH(d), dirReturnOp(g.Stateid))
 	b.must(putFH(d), mkdirOp("y"))
 }
+
+// A holder that does not answer CB_NOTIFY holds another client's change
+// back for notifyWait at most: then the change is answered, and the
+// delegation recalled (sent once the back channel is free), so the next
+// change waits for it.
+func TestV4DirNotifyUnanswered(t *testing.T) {
+	e, root := dirEnv(t, nil)
+	a, h := e.v4cb(false, false)
+	b := e.v4(0, 0)
+	d := lookupFH(a, root, "d")
+	g := a.notifyDeleg(d)
+	hold := make(chan struct{})
+	h.gmu.Lock()
+	h.notifyHold = hold
+	h.gmu.Unlock()
+	start := time.Now()
+	b.must(putFH(d), mkdirOp("x"))
+	if took := time.Since(start); took < notifyWait || took > notifyWait+time.Second {
+		t.Errorf("the change was answered after %v, want about %v", took, notifyWait)
+	}
+	b.fails(nfs4.ErrDelay, 1, putFH(d), mkdirOp("y"))
+	close(hold)
+	if sid := recallOf(t, h); sid != g.Stateid {
+		t.Fatalf("CB_RECALL of %v, the delegation is %v", sid, g.Stateid)
+	}
+	a.must(putFH(d), dirReturnOp(g.Stateid))
+	b.must(putFH(d), mkdirOp("y"))
+}
