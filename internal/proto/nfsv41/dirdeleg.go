@@ -125,7 +125,13 @@ func cbNotify(cb proto.Callbacks, args any) nfs4.OpRes {
 					Name: string(n.Add.NewEntry.Name), Attr: notifyAttr(&n.Add.NewEntry.Attrs),
 					FH: notifyFH(&n.Add.NewEntry.Attrs)})
 			case nfs4.NotifyChangeDirAttrs:
-				changes = append(changes, proto.DirChange{Kind: proto.DirAttrsChanged, Attr: notifyAttr(&n.DirAttrs.Attrs)})
+				// Only all the attributes the core keeps make its
+				// directory's next version.
+				ch := proto.DirChange{Kind: proto.DirAttrsChanged}
+				if missing := fileAttrs.AndNot(n.DirAttrs.Attrs.Mask); missing.IsZero() {
+					ch.Attr = notifyAttr(&n.DirAttrs.Attrs)
+				}
+				changes = append(changes, ch)
 			case nfs4.NotifyRemoveEntry:
 				changes = append(changes, proto.DirChange{Kind: proto.EntryRemoved, Name: string(n.Remove.Entry.Name)})
 			case nfs4.NotifyRenameEntry:
