@@ -145,13 +145,14 @@ func (w *leaseWatch) expect(key string, name []byte, mask uint32) (done func(ok 
 func (w *leaseWatch) dirEvent(l *leased, mask uint32, name string) bool {
 	if mask&(unix.IN_ATTRIB|unix.IN_MODIFY) != 0 && name != "" {
 		if until, ok := l.childExpects[name]; !ok || w.s.now().After(until) {
-			l.children = true
-			if len(l.localAttrs) < maxNotifyQueued {
-				if l.localAttrs == nil {
-					l.localAttrs = map[string]bool{}
-				}
-				l.localAttrs[name] = true
+			if len(l.localAttrs) >= maxNotifyQueued {
+				return true // too many to tell: every delegation goes
 			}
+			l.children = true
+			if l.localAttrs == nil {
+				l.localAttrs = map[string]bool{}
+			}
+			l.localAttrs[name] = true
 		}
 		return false
 	}
