@@ -57,6 +57,10 @@ type plusData struct {
 	at     time.Time
 	dirVer *dirVersion // the directory's version in the reply, if it had one
 	drops  uint64      // the node table's dropCount when the call was sent (0: unknown)
+	// notified: from a directory notification (dirnotify.go), which a
+	// later one would have undone if the entry had gone: its node may be
+	// made whatever left the table since.
+	notified bool
 }
 
 // openDir is one open directory stream.
@@ -354,9 +358,12 @@ func (fs *FS) startPass(ctx context.Context, c *Cred, d *openDir, plus bool) err
 // kernel looks the name up when it needs it.
 func (fs *FS) plusEntry(dir *inode, e *DirEntry, p *plusData, cached bool) *inode {
 	var n *inode
-	if cached {
+	switch {
+	case cached && p.notified:
+		n = fs.nodes.refLive(p.fh)
+	case cached:
 		n = fs.nodes.refListed(p.fh, p.drops)
-	} else {
+	default:
 		n = fs.nodes.ref(p.fh)
 	}
 	if n == nil {

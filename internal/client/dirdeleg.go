@@ -45,7 +45,11 @@ const maxDirDelegs = 10000
 type dirTrust struct {
 	since      time.Time   // the GET_DIR_DELEGATION was sent
 	childAttrs bool        // entries' attribute changes are notified
+	entries    bool        // entries added and removed are notified, with the directory's attributes
 	held       atomic.Bool // not recalled, revoked or returned
+	// notified: names and listing were moved on by a notification,
+	// which only the delegation vouches for (dirnotify.go).
+	notified atomic.Bool
 }
 
 // endDirTrust ends t, dir's delegation, at now: what it kept of the
@@ -190,7 +194,7 @@ func (fs *FS) retryDirDelegLocked(dir *inode) bool {
 // keepDirDeleg keeps the directory delegation a listing of dir sent at
 // 'at' brought (returned at once if recalled already, or unmounting).
 func (fs *FS) keepDirDeleg(dir *inode, c *Cred, d proto.DirDelegation, at time.Time) {
-	t := &dirTrust{since: at, childAttrs: d.ChildAttrs}
+	t := &dirTrust{since: at, childAttrs: d.ChildAttrs, entries: d.Entries && d.DirAttrs}
 	t.held.Store(true)
 	h := &heldDeleg{n: dir, fh: dir.fh, st: d.State, used: fs.now(), dir: t,
 		cred: Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)}}
@@ -260,6 +264,9 @@ func (fs *FS) touchDirDeleg(dir *inode) {
 func (fs *FS) undelegateDir(h *heldDeleg) {
 	endDirTrust(h.n, h.dir, fs.now()) // whatever ended it: what it alone kept is fetched again
 	fs.expireAttr(h.n)
+	if h.dir.notified.Load() {
+		fs.forgetNotified(h.n)
+	}
 	// The kernel's copy of the listing, and the names it holds absent
 	// (another's create may be what recalled it). Names it holds present
 	// stay: their nodes' attributes are forgotten (forgetChildrenNow), so
@@ -330,8 +337,10 @@ func (fs *FS) expireAttr(n *inode) {
 }
 
 // Notify takes a CB_NOTIFY of the delegated directory dirFH
-// (proto.DirNotifier): what each change names is dropped, to be fetched
-// again at its next use; the delegation stays.
+// (proto.DirNotifier): entries added and removed are applied to the
+// names and listing held (dirnotify.go) when the server sends the
+// directory's attributes with them; what else each change names is
+// dropped, to be fetched again at its next use. The delegation stays.
 func (d delegCallbacks) Notify(dirFH proto.FH, st proto.StateID, changes []proto.DirChange) bool {
 	fs := d.fs
 	fs.dl.mu.Lock()
@@ -341,29 +350,40 @@ func (d delegCallbacks) Notify(dirFH proto.FH, st proto.StateID, changes []proto
 		return false
 	}
 	dir := h.n
+	var entries []proto.DirChange
 	for _, ch := range changes {
-		switch ch.Kind {
-		case proto.ChildAttrsChanged:
-			// The listing's copy of its attributes too: it would make a
-			// node for the kernel with them.
-			dir.mu.Lock()
-			if dir.list != nil {
-				if e := dir.list.entries[ch.Name]; e != nil {
-					e.plus = nil
-				}
+		if ch.Kind != proto.ChildAttrsChanged {
+			entries = append(entries, ch)
+			continue
+		}
+		if h.dir.entries && fs.notifiedAttrs(dir, &ch) {
+			continue
+		}
+		// The listing's copy of its attributes too: it would make a
+		// node for the kernel with them.
+		dir.mu.Lock()
+		if dir.list != nil {
+			if e := dir.list.entries[ch.Name]; e != nil {
+				e.plus = nil
 			}
-			dir.mu.Unlock()
-			if n := fs.knownChild(dir, ch.Name); n != nil {
-				fs.invalidateAttr(n)
-				fs.notify.InvalidateData(n.id)
-			}
-		default:
-			fs.invalidateAttr(dir)
-			fs.notify.InvalidateData(dir.id)
+		}
+		dir.mu.Unlock()
+		if n := fs.knownChild(dir, ch.Name); n != nil {
+			fs.invalidateAttr(n)
+			fs.notify.InvalidateData(n.id)
+		}
+	}
+	if len(entries) == 0 || h.dir.entries && fs.applyNotified(dir, h.dir, entries) {
+		return true
+	}
+	fs.invalidateAttr(dir)
+	fs.notify.InvalidateData(dir.id)
+	for _, ch := range entries {
+		if ch.Name != "" {
 			fs.notify.InvalidateEntry(dir.id, ch.Name)
-			if ch.Kind == proto.EntryRenamed {
-				fs.notify.InvalidateEntry(dir.id, ch.NewName)
-			}
+		}
+		if ch.Kind == proto.EntryRenamed {
+			fs.notify.InvalidateEntry(dir.id, ch.NewName)
 		}
 	}
 	return true

@@ -50,6 +50,10 @@ type DirDelegation struct {
 	Granted    bool
 	State      StateID
 	ChildAttrs bool
+	// Entries: entries added and removed by others are told (Notify:
+	// EntryAdded, EntryRemoved), not recalled; DirAttrs: the directory's
+	// attributes come with them (DirAttrsChanged).
+	Entries, DirAttrs bool
 }
 
 // OpenArgs opens a file: by name in Dir (Create, if set, makes it), or an
@@ -180,15 +184,18 @@ const (
 	EntryAdded                                 // Name
 	EntryRemoved                               // Name
 	EntryRenamed                               // Name became NewName
+	DirAttrsChanged                            // the directory's attributes are Attr
 )
 
 // DirChange is one change the server told of in a delegated directory
-// (v4.1 CB_NOTIFY). Attr is the entry's new attributes where sent.
+// (v4.1 CB_NOTIFY). Attr is the entry's new attributes where sent, FH
+// its handle where sent (an added entry).
 type DirChange struct {
 	Kind    DirChangeKind
 	Name    string
 	NewName string
 	Attr    PostAttr
+	FH      FH
 }
 
 // DirDelegator is a server that may grant directory delegations with

@@ -104,6 +104,13 @@ type leased struct {
 	// childExpects: entries the holder is changing itself, until when
 	// their events are its own (nfs4_dirchild.go).
 	childExpects map[string]time.Time
+	// localDirty: entries a local process added, removed or renamed,
+	// to be notified (or recalled for) by the next scan (leases_dir.go).
+	localDirty map[string]bool
+	// localAttrs: entries whose attributes or data a local process
+	// changed, for the delegations covering entries that take
+	// notifications.
+	localAttrs map[string]bool
 	// Changes of a write-leased file's attributes the server makes for
 	// its holder (leases_self.go).
 	selfAttrs []*attrExpectation
@@ -432,9 +439,13 @@ func (w *leaseWatch) scan() {
 		} else if !l.broken && !leaseIntact(l.fd, l.leaseType()) {
 			l.broken = true
 		}
+		if l.dir && len(l.localDirty) > 0 && !l.broken {
+			recalls = append(recalls, w.localDirChangeLocked(key, l)...)
+		}
 		if l.dir && l.children && !l.broken {
 			l.children = false
 			recalls = append(recalls, w.s.v4.state.RecallChildren(key, w.s.v4.state.Lease())...)
+			w.localAttrsLocked(key, l)
 		}
 		if l.broken {
 			// A local change of a directory has happened already:

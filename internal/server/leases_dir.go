@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"hushfs/internal/server/v4state"
 )
 
 // Local changes to delegated directories. No lease holds back a local
@@ -143,7 +145,14 @@ func (w *leaseWatch) expect(key string, name []byte, mask uint32) (done func(ok 
 func (w *leaseWatch) dirEvent(l *leased, mask uint32, name string) bool {
 	if mask&(unix.IN_ATTRIB|unix.IN_MODIFY) != 0 && name != "" {
 		if until, ok := l.childExpects[name]; !ok || w.s.now().After(until) {
+			if len(l.localAttrs) >= maxNotifyQueued {
+				return true // too many to tell: every delegation goes
+			}
 			l.children = true
+			if l.localAttrs == nil {
+				l.localAttrs = map[string]bool{}
+			}
+			l.localAttrs[name] = true
 		}
 		return false
 	}
@@ -158,7 +167,50 @@ func (w *leaseWatch) dirEvent(l *leased, mask uint32, name string) bool {
 		}
 		return false
 	}
+	if mask&entryEvents != 0 && mask&unix.IN_ATTRIB == 0 && name != "" && len(l.localDirty) < maxNotifyQueued {
+		// A local change of an entry, which the delegations that take
+		// notifications are told of (the next scan: localDirChangeLocked).
+		if l.localDirty == nil {
+			l.localDirty = map[string]bool{}
+		}
+		l.localDirty[name] = true
+		return false
+	}
 	return true
+}
+
+// localAttrsLocked tells the holders of the delegated directory key
+// covering its entries that take notifications of the entries whose
+// attributes or data local processes changed (l.localAttrs).
+//
+// LOCKS_REQUIRED(w.mu)
+func (w *leaseWatch) localAttrsLocked(key string, l *leased) {
+	names := l.localAttrs
+	l.localAttrs = nil
+	notify := w.s.v4.state.NotifyChildren(key)
+	for name := range names {
+		w.s.v4.notifier.markAttrs(notify, name) // not waited for: the change is made
+	}
+}
+
+// entryEvents are a directory's events that add, remove or rename an
+// entry: what CB_NOTIFY can tell.
+const entryEvents = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO
+
+// localDirChangeLocked tells the holders of the delegated directory key
+// that take notifications of the entries local processes changed
+// (l.localDirty), and returns the other delegations to recall.
+//
+// LOCKS_REQUIRED(w.mu)
+func (w *leaseWatch) localDirChangeLocked(key string, l *leased) []v4state.Recall {
+	names := make([]string, 0, len(l.localDirty))
+	for name := range l.localDirty {
+		names = append(names, name)
+	}
+	l.localDirty = nil
+	recalls, notify := w.s.v4.state.LocalDirChange(key, w.s.v4.state.Lease())
+	w.s.v4.notifier.mark(notify, names...) // not waited for: the change is made
+	return recalls
 }
 
 // expectChild tells the watch of the delegated directory key that the

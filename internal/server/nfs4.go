@@ -48,6 +48,7 @@ type v4 struct {
 	delegations bool          // grant read delegations
 	recallWait  time.Duration // see Config.RecallWait (nfs4_deleg.go)
 	leases      *leaseWatch   // with delegations: local changes to delegated files (leases.go)
+	notifier    *dirNotifier  // CB_NOTIFY of directory delegations (nfs4_dirnotify.go)
 	// Callbacks run on goroutines of their own, under cbCtx; Close
 	// cancels it and waits for them.
 	cbCtx    context.Context
@@ -145,6 +146,9 @@ type compound struct {
 
 	reply []byte
 	start int // where the COMPOUND4res begins in reply
+	// after runs once the current operation is done, before the next
+	// (a change's notifications: nfs4_dirnotify.go).
+	after []func()
 }
 
 // release drops the references the compound holds.
@@ -262,6 +266,10 @@ func (c *compound) op(op nfs4.Opnum, args nfs4.OpArgs) nfs4.Status {
 	mark := len(c.reply)
 	c.reply = xdr.AppendUint32(c.reply, uint32(op))
 	status := c.dispatch(op, args)
+	for _, f := range c.after {
+		f()
+	}
+	c.after = c.after[:0]
 	c.s.observe(uint32(op), time.Since(t0))
 	if st := c.checkSize(op, mark); st != nfs4.OK {
 		return st
@@ -480,6 +488,7 @@ func (s *Server) newV4(cfg *Config) (*v4, error) {
 		serverOwner: fmt.Appendf(nil, "hushfs %s %08x", host, s.codec.exportID),
 		pins:        make(map[string]*node),
 	}
+	v.notifier = newDirNotifier(s)
 	if v.delegations {
 		// No delegation the server could not keep: without the watch of
 		// local changes, none is granted.

@@ -139,7 +139,7 @@ func (s *Server) sendRecall(r v4state.Recall) {
 // the change is NFS4ERR_DELAY.
 func (c *compound) mayChange(key string) nfs4.Status {
 	st := c.mayOpen(key)
-	if st == nfs4.OK && c.s.childConflicts(key, c.client) {
+	if st == nfs4.OK && c.s.childConflicts(key, c.client, c) {
 		st = nfs4.ErrDelay // its directory's delegation (nfs4_dirchild.go)
 	}
 	if st == nfs4.OK {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,12 @@ type cbClient struct {
 
 	mu  sync.Mutex
 	ret *v4client // its own session for DELEGRETURN from the handler
+
+	// notifies gets each CB_NOTIFY's changes (copied), answered
+	// notifyStatus (OK unless set).
+	notifies     chan []nfs4.Notify
+	notifyStatus atomic.Int32
+	notifyHold   chan struct{} // if set (under gmu), CB_NOTIFY is answered once it is closed
 }
 
 func (h *cbClient) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) ([]byte, error) {
@@ -89,6 +96,24 @@ func (h *cbClient) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) (
 			f.Mask = a.AttrRequest
 			res.Results = append(res.Results, nfs4.CBResop{Op: op.Op, Res: &nfs4.CBGetattrRes{Status: nfs4.OK, Attrs: f}})
 			h.getattrs <- struct{}{}
+		case *nfs4.CBNotifyArgs:
+			h.gmu.Lock()
+			hold := h.notifyHold
+			h.gmu.Unlock()
+			if hold != nil {
+				<-hold
+			}
+			st := nfs4.Status(h.notifyStatus.Load())
+			res.Status = st
+			res.Results = append(res.Results, nfs4.CBResop{Op: op.Op, Res: &nfs4.StatusRes{Status: st}})
+			if h.notifies != nil {
+				// Re-decoded from its own bytes: the arguments alias the call.
+				var c nfs4.CBNotifyArgs
+				var cd xdr.Decoder
+				cd.Reset(a.Append(nil))
+				c.Decode(&cd)
+				h.notifies <- c.Changes
+			}
 		default:
 			res.Status = nfs4.ErrNotSupp
 		}
@@ -101,7 +126,7 @@ func (h *cbClient) ServeRPC(ctx context.Context, call *rpc.Call, reply []byte) (
 func (e *env) v4cb(returnRecalled, failNull bool) (*v4client, *cbClient) {
 	e.t.Helper()
 	h := &cbClient{returnRecalled: returnRecalled, failNull: failNull, null: make(chan struct{}, 4), recalls: make(chan nfs4.Stateid, 16),
-		getattrs: make(chan struct{}, 16)}
+		getattrs: make(chan struct{}, 16), notifies: make(chan []nfs4.Notify, 64)}
 	v := &v4client{t: e.t, c: e.client(0, 0).c, cred: rpc.SysCred(0, 0, nil, "hushfs-test"), backChan: true}
 	v.c.Register(testCBProgram, nfs4.CBVersion, h)
 	v.owner = []byte("test client with a back channel " + e.t.Name())

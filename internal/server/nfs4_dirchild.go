@@ -19,12 +19,11 @@ import (
 // an event of the entry (IN_ATTRIB, IN_MODIFY: leases_dir.go) and
 // recalls them at once.
 //
-// Recall rather than CB_NOTIFY: another client writing a file makes a
-// change per WRITE, and a notification per change (or per 100 ms of
-// them) would keep a stream of callbacks going to every holder for as long
-// as the writer writes, each of which must arrive in order before the
-// write may be acknowledged; one recall ends that, costs the holder one
-// listing to take the delegation again, and leaves nothing to lose.
+// A holder that also takes notifications of entries (nfs4_dirnotify.go)
+// is told the entry's new attributes after each such change instead
+// (CB_NOTIFY, waited for): a callback per WRITE of the writer, coalesced
+// when they overlap. The others are recalled: one recall ends the stream
+// and costs the holder one listing.
 //
 // The file's directory is found from its descriptor's path (the kernel's
 // name for it) and checked to hold the file under that name; a file
@@ -59,7 +58,11 @@ func (s *Server) parentKey(n *node) (key, name string, ok bool) {
 // childConflicts recalls the delegations of others (by; nil: an NFSv3
 // client) covering the entries of the directory the file with handle key
 // is in, and reports whether any is still held.
-func (s *Server) childConflicts(key string, by *v4state.Client) (wait bool) {
+//
+// c, for an NFSv4.1 client's change, lets the holders that take
+// notifications be told of the entry's new attributes once the
+// operation is done (CB_NOTIFY, nfs4_dirnotify.go), instead of recalling.
+func (s *Server) childConflicts(key string, by *v4state.Client, c *compound) (wait bool) {
 	if !s.v4.state.HasChildDelegations() {
 		return false
 	}
@@ -73,7 +76,18 @@ func (s *Server) childConflicts(key string, by *v4state.Client) (wait bool) {
 	}
 	dir, name, ok := s.parentKey(n)
 	var recalls []v4state.Recall
-	if ok {
+	if ok && c != nil && by != nil {
+		var notify []v4state.Recall
+		recalls, notify, wait = s.v4.state.ChildNotifyConflicts(dir, by)
+		if len(notify) > 0 {
+			// Its events are this change's, which the holders are told of.
+			s.v4.leases.expectChild(dir, name)
+			c.after = append(c.after, func() { s.v4.notifier.markAttrs(notify, name)() })
+		}
+		if s.v4.state.HoldsChildren(dir, by) {
+			s.v4.leases.expectChild(dir, name)
+		}
+	} else if ok {
 		recalls, wait = s.v4.state.ChildConflicts(dir, by)
 		if s.v4.state.HoldsChildren(dir, by) {
 			s.v4.leases.expectChild(dir, name)
@@ -88,7 +102,7 @@ func (s *Server) childConflicts(key string, by *v4state.Client) (wait bool) {
 // childConflicts3 is childConflicts for an NFSv3 client's change of the
 // file fh, waited for a little as wait3 does: false means still held.
 func (s *Server) childConflicts3(fh []byte) bool {
-	for deadline := time.Now().Add(v3RecallWait); s.childConflicts(string(fh), nil); {
+	for deadline := time.Now().Add(v3RecallWait); s.childConflicts(string(fh), nil, nil); {
 		if time.Now().After(deadline) {
 			return false
 		}

@@ -16,7 +16,11 @@ import (
 // trip. It asks to be told of its entries' attribute changes
 // (NOTIFY4_CHANGE_CHILD_ATTRS, with the attributes the core keeps): a
 // server that grants that promises them, by CB_NOTIFY or by recalling,
-// and the core may then keep the entries' attributes too.
+// and the core may then keep the entries' attributes too. It asks to be
+// told of entries added and removed (with their attributes and handle)
+// and of the directory's attributes that go with them: a server that
+// grants those sends them instead of recalling, and the core applies
+// them to what it holds.
 //
 // A server without the operation fails the whole COMPOUND at it (an
 // error status, or ganesha's OP_ILLEGAL result in its place): the listing
@@ -29,7 +33,12 @@ var _ proto.DirDelegator = (*Server)(nil)
 func (s *Server) DirDelegations() bool { return s.dirDelegOK.Load() && !s.noDirDeleg.Load() }
 
 // dirNotifyWanted are the notifications asked for.
-var dirNotifyWanted = nfs4.NewBitmap(nfs4.NotifyChangeChildAttrs)
+var dirNotifyWanted = nfs4.NewBitmap(nfs4.NotifyChangeChildAttrs, nfs4.NotifyAddEntry, nfs4.NotifyRemoveEntry,
+	nfs4.NotifyChangeDirAttrs)
+
+// notifyChildAttrs are the attributes asked of entries notified: what
+// the core keeps, and the handle of one added.
+var notifyChildAttrs = fileAttrs.Or(nfs4.NewBitmap(nfs4.AttrFilehandle))
 
 // withDirDeleg puts GET_DIR_DELEGATION after ops' PUTFH when a is to ask
 // for one and we can be called back; want says it did.
@@ -38,7 +47,7 @@ func (s *Server) withDirDeleg(a proto.ReadDirArgs, ops []nfs4.Argop) (_ []nfs4.A
 		return ops, false
 	}
 	gdd := nfs4.Argop{Op: nfs4.OpGetDirDelegation, Args: &nfs4.GetDirDelegationArgs{
-		NotificationTypes: dirNotifyWanted, ChildAttributes: fileAttrs}}
+		NotificationTypes: dirNotifyWanted, ChildAttributes: notifyChildAttrs, DirAttributes: fileAttrs}}
 	return slices.Insert(slices.Clone(ops), 1, gdd), true
 }
 
@@ -63,8 +72,10 @@ func (s *Server) takeDirDeleg(r *reply) (d proto.DirDelegation, again bool) {
 	if g.NonFatal != nfs4.GDD4OK {
 		return d, false
 	}
+	entries := g.Notification.Has(nfs4.NotifyAddEntry) && g.Notification.Has(nfs4.NotifyRemoveEntry)
 	return proto.DirDelegation{Granted: true, State: stateOf(g.Stateid),
-		ChildAttrs: g.Notification.Has(nfs4.NotifyChangeChildAttrs)}, false
+		ChildAttrs: g.Notification.Has(nfs4.NotifyChangeChildAttrs), Entries: entries,
+		DirAttrs: entries && g.Notification.Has(nfs4.NotifyChangeDirAttrs)}, false
 }
 
 // compoundDirDeleg sends a listing's ops, with GET_DIR_DELEGATION if a
@@ -122,18 +133,28 @@ func cbNotify(cb proto.Callbacks, args any) nfs4.OpRes {
 			switch t {
 			case nfs4.NotifyChangeChildAttrs:
 				changes = append(changes, proto.DirChange{Kind: proto.ChildAttrsChanged,
-					Name: string(n.ChildAttrs.Name), Attr: notifyAttr(&n.ChildAttrs.Attrs)})
+					Name: string(n.ChildAttrs.Name), Attr: notifyAttr(&n.ChildAttrs.Attrs), FH: notifyFH(&n.ChildAttrs.Attrs)})
 			case nfs4.NotifyAddEntry:
 				if n.Add.HasOldEntry {
 					changes = append(changes, proto.DirChange{Kind: proto.EntryRemoved, Name: string(n.Add.OldEntry.Entry.Name)})
 				}
 				changes = append(changes, proto.DirChange{Kind: proto.EntryAdded,
-					Name: string(n.Add.NewEntry.Name), Attr: notifyAttr(&n.Add.NewEntry.Attrs)})
+					Name: string(n.Add.NewEntry.Name), Attr: notifyAttr(&n.Add.NewEntry.Attrs),
+					FH: notifyFH(&n.Add.NewEntry.Attrs)})
+			case nfs4.NotifyChangeDirAttrs:
+				// Only all the attributes the core keeps make its
+				// directory's next version.
+				ch := proto.DirChange{Kind: proto.DirAttrsChanged}
+				if missing := fileAttrs.AndNot(n.DirAttrs.Attrs.Mask); missing.IsZero() {
+					ch.Attr = notifyAttr(&n.DirAttrs.Attrs)
+				}
+				changes = append(changes, ch)
 			case nfs4.NotifyRemoveEntry:
 				changes = append(changes, proto.DirChange{Kind: proto.EntryRemoved, Name: string(n.Remove.Entry.Name)})
 			case nfs4.NotifyRenameEntry:
 				changes = append(changes, proto.DirChange{Kind: proto.EntryRenamed,
-					Name: string(n.Rename.OldEntry.Entry.Name), NewName: string(n.Rename.NewEntry.NewEntry.Name)})
+					Name: string(n.Rename.OldEntry.Entry.Name), NewName: string(n.Rename.NewEntry.NewEntry.Name),
+					Attr: notifyAttr(&n.Rename.NewEntry.NewEntry.Attrs), FH: notifyFH(&n.Rename.NewEntry.NewEntry.Attrs)})
 			default:
 				return &nfs4.StatusRes{Status: nfs4.ErrInval}
 			}
@@ -152,4 +173,13 @@ func notifyAttr(f *nfs4.Fattr) proto.PostAttr {
 		return proto.PostAttr{}
 	}
 	return proto.PostAttr{Present: true, Attr: attrOf(f)}
+}
+
+// notifyFH is a notification's entry's handle, if sent (copied: the
+// arguments alias the call).
+func notifyFH(f *nfs4.Fattr) proto.FH {
+	if !f.Mask.Has(nfs4.AttrFilehandle) || len(f.Filehandle) == 0 {
+		return nil
+	}
+	return proto.FH(append([]byte(nil), f.Filehandle...))
 }

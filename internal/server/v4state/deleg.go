@@ -37,6 +37,9 @@ type Deleg struct {
 	// children: a directory delegation that also covers its entries'
 	// attributes (dirdeleg.go).
 	children bool
+	// notify: a directory delegation whose entry changes are notified
+	// (dirnotify.go); nil for every other.
+	notify *DirNotify
 }
 
 // Recall is a delegation to recall: what CB_RECALL needs.
@@ -44,6 +47,8 @@ type Recall struct {
 	Stateid nfs4.Stateid
 	FileKey string
 	Session *Session // the holder's session whose back channel answered
+	// Notify: for a notification (DirConflicts), what the holder asked.
+	Notify *DirNotify
 }
 
 // SetBackChannelOK records whether the session's back channel answered

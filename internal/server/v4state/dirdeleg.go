@@ -25,8 +25,10 @@ import (
 // GrantDir grants client cl a delegation of the directory key if it can
 // be kept: the client can be called back, no delegation of the directory
 // is being recalled (a change is waiting for it), and the client holds
-// none of it already (one it holds, alike, is granted again). children: it covers the entries' attributes too.
-func (st *State) GrantDir(cl *Client, key string, children bool) (nfs4.Stateid, bool) {
+// none of it already (one it holds, alike, is granted again). children: it covers the entries' attributes too;
+// notify (non-nil): its entry changes by others are told by CB_NOTIFY
+// (dirnotify.go), not recalled.
+func (st *State) GrantDir(cl *Client, key string, children bool, notify *DirNotify) (nfs4.Stateid, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if cl == nil || cl.gone || st.inGraceLocked() || cl.backSessionLocked() == nil || cl.nstate >= MaxStatePerClient {
@@ -34,7 +36,7 @@ func (st *State) GrantDir(cl *Client, key string, children bool) (nfs4.Stateid, 
 	}
 	f := st.fileLocked(key)
 	for _, d := range f.delegs {
-		if d.client == cl && d.recalled.IsZero() && d.children == children {
+		if d.client == cl && d.recalled.IsZero() && d.children == children && (d.notify == nil) == (notify == nil) {
 			// Asked again (a retried COMPOUND whose reply was lost): the
 			// same one, so that GET_DIR_DELEGATION may run twice.
 			return d.sid, true
@@ -45,6 +47,7 @@ func (st *State) GrantDir(cl *Client, key string, children bool) (nfs4.Stateid, 
 		}
 	}
 	sid := st.addDelegLocked(cl, f, false)
+	st.stateids[sid.Other].deleg.notify = notify
 	if children {
 		st.stateids[sid.Other].deleg.children = true
 		st.childDelegs.Add(1)
@@ -97,6 +100,24 @@ func (st *State) AllChildConflicts(by *Client) (recall []Recall, wait bool) {
 	return recall, wait
 }
 
+// NotifyChildren returns the delegations of the directory key covering
+// its entries that take notifications: a local change of an entry's
+// attributes is told to them (RecallChildren recalls the others).
+func (st *State) NotifyChildren(key string) (notify []Recall) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.files[key]
+	if f == nil {
+		return nil
+	}
+	for _, d := range f.delegs {
+		if d.children && d.notify != nil && d.recalled.IsZero() {
+			notify = append(notify, Recall{Stateid: d.sid, FileKey: key, Session: d.client.backSessionLocked(), Notify: d.notify})
+		}
+	}
+	return notify
+}
+
 // RecallChildren is RecallAll for a change of an entry's attributes in
 // the directory key that the server did not make (a local one): the
 // delegations covering its entries are recalled, revoked if not returned
@@ -110,8 +131,8 @@ func (st *State) RecallChildren(key string, within time.Duration) (recall []Reca
 	}
 	now := st.now()
 	for _, d := range f.delegs {
-		if !d.children || !d.recalled.IsZero() {
-			continue
+		if !d.children || !d.recalled.IsZero() || d.notify != nil {
+			continue // one that takes notifications is told (NotifyChildren)
 		}
 		d.recalled, d.revokeAt = now, now.Add(min(within, st.lease))
 		recall = append(recall, Recall{Stateid: d.sid, FileKey: key, Session: d.client.backSessionLocked()})
