@@ -3,13 +3,10 @@ package test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,22 +31,6 @@ func gitIn(t *testing.T, dir string, args ...string) string {
 		t.Fatalf("git %s in %s: %v\n%.2000s", strings.Join(args, " "), dir, err, out)
 	}
 	return string(out)
-}
-
-// serverCallbacks reads the server's count of a callback operation.
-func serverCallbacks(t *testing.T, metricsAddr, op string) int {
-	t.Helper()
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	must(t, "metrics", err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	must(t, "metrics", err)
-	m := regexp.MustCompile(`(?m)^hushfs_rpc_calls_total\{prog="nfs4cb",proc="` + op + `"\} (\d+)$`).FindSubmatch(body)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(string(m[1]))
-	return n
 }
 
 // TestNFSv41GitStatusQuiet: git status of an unchanged repository on a
