@@ -172,7 +172,8 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 // not a build listing a directory and one below it: the never-listed
 // directories it held back (walkListsFresh) are read ahead from now on,
 // riding in those opens' COMPOUNDs over NFSv4.1, instead of after its
-// third listing (each of the first three a round trip of its own).
+// third listing (each of the first three a round trip of its own). Each
+// such open is a visit too: the walk is not idle while it reads.
 func (fs *FS) walkRead(n *inode) {
 	if !fs.bulkOn() {
 		return
@@ -193,8 +194,18 @@ func (fs *FS) walkRead(n *inode) {
 	now := fs.now()
 	w := &fs.walk
 	w.mu.Lock()
-	if w.session == 0 || listed != w.session || now.Sub(w.last) >= walkIdle || w.lists >= walkListsFresh {
+	if w.session == 0 || listed != w.session || now.Sub(w.last) >= walkIdle {
 		w.mu.Unlock()
+		return
+	}
+	// Reading the files of a directory it listed is the walk going on:
+	// a directory of many files takes grep longer than walkIdle, and a
+	// walk over by then would let go of what it read ahead (walkhold.go)
+	// and have to show itself again (each listing until then alone).
+	w.last = now
+	if w.lists >= walkListsFresh {
+		w.mu.Unlock()
+		fs.pump()
 		return
 	}
 	w.lists = walkListsFresh
