@@ -80,6 +80,7 @@ func TestMeasureOpens(t *testing.T) {
 			start := time.Now()
 			out, err := w.cmd(dir).CombinedOutput()
 			wall := time.Since(start)
+			atExit := total(proxyDelta(before, p.Counts(t)))
 			if ee, ok := err.(*exec.ExitError); err != nil && !(ok && ee.ExitCode() == 1 && w.name == "grep -r") {
 				t.Fatalf("%s: %v\n%s", w.name, err, out)
 			}
@@ -91,9 +92,9 @@ func TestMeasureOpens(t *testing.T) {
 			if w.name != "grep -r" {
 				n = 100
 			}
-			t.Logf("v%s %s: %.2f s (%.1f ms/file), proxy %d calls (%.2f/file) {%s}; mount: %s",
+			t.Logf("v%s %s: %.2f s (%.1f ms/file), proxy %d calls (%.2f/file; %d when the command exited) {%s}; mount: %s",
 				vers, w.name, wall.Seconds(), wall.Seconds()*1000/float64(n), total(calls),
-				float64(total(calls))/float64(n), callsLine(calls), opsLine(d.Ops))
+				float64(total(calls))/float64(n), atExit, callsLine(calls), opsLine(d.Ops))
 			must(t, "unmount", m.Unmount(false))
 		}
 	}
