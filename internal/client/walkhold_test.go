@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"hushfs/internal/proto"
 )
 
 // TestWalkReadsTwoLevelsAhead: a walk that lists five directories (two to show the walk, three to
@@ -147,5 +149,52 @@ func TestWalkGoesOnWhileReading(t *testing.T) {
 	settle(t, fs)
 	if got := calls(fs); got["READDIRPLUS"] != 0 {
 		t.Errorf("listing d2 and d2/sub after reading d1's files: %v, want both read ahead", got)
+	}
+}
+
+// carrier is a server whose read-ahead rides in other calls
+// (proto.AheadCarrier), as NFSv4.1's does.
+type carrier struct{ proto.Server }
+
+func (carrier) CarriesAhead() bool { return true }
+
+// TestWalkBeginsAtFirstRead: a directory listed just after its parent,
+// and a file of it opened to be read, is how grep -r begins. Where
+// read-ahead rides in other calls that begins a walk: the parent's other
+// subdirectories are read ahead at once. Where each read-ahead is a call
+// of its own (NFSv3), it does not: a build may do as much and go no
+// further.
+func TestWalkBeginsAtFirstRead(t *testing.T) {
+	for _, carries := range []bool{false, true} {
+		t.Run(fmt.Sprintf("carries=%v", carries), func(t *testing.T) {
+			ts := startServer(t)
+			var dirs []string
+			for i := 0; i < 10; i++ {
+				dirs = append(dirs, fmt.Sprintf("top/d%d", i))
+			}
+			makeTree(t, ts.dir, dirs, 3)
+			fs, clk := ts.mountClocked(t, "")
+			if carries {
+				fs.srv = carrier{fs.srv}
+			}
+			k := newKernel(t, fs, clk)
+			k.list("top")
+			k.list("top/d0")
+			settle(t, fs)
+			calls(fs)
+			fh, _, err := fs.Open(k.ctx, root, k.node["top/d0/f0000"], syscall.O_RDONLY)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs.Release(k.ctx, fh)
+			settle(t, fs)
+			want := uint64(0)
+			if carries {
+				want = 9
+			}
+			if got := calls(fs); got["READDIRPLUS"] != want {
+				t.Errorf("after a file of d0 was opened: %v, want %d listings read ahead", got, want)
+			}
+		})
 	}
 }
