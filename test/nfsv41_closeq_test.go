@@ -240,6 +240,18 @@ func TestNFSv41CloseQueue(t *testing.T) {
 	log.take()
 	clock.fire()
 	log.take()
+	// And one of 600 KiB whole (grep -r's larger source files).
+	bigData = pattern(600<<10, 7)
+	must(t, "write on the server", os.WriteFile(filepath.Join(g.ExportDir, "bigger"), bigData, 0o644))
+	big = fhOf("bigger")
+	rbig = open(big, 600<<10)
+	if !rbig.HasData || !bytes.Equal(rbig.Data, bigData) {
+		t.Errorf("open of a 600 KiB file: first read %v, %d bytes; want all %d", rbig.HasData, len(rbig.Data), len(bigData))
+	}
+	closeIt(big, rbig)
+	log.take()
+	clock.fire()
+	log.take()
 	// A CLOSE still queued at unmount is sent then.
 	ra = open(a, 0)
 	closeIt(a, ra)

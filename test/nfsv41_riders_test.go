@@ -16,18 +16,21 @@ import (
 // files on a fresh v4.1 mount of ganesha (behind `hushfs proxy --rtt 5ms`,
 // which counts the COMPOUNDs on the wire) costs one COMPOUND per file and
 // almost nothing for its directories: the listings the walk reads ahead
-// ride in the files' OPENs. Exactly 105: OPEN 100 (each with its file's
-// data and a READDIR rider or a CLOSE now and then); READDIRPLUS 3, the
-// root (the kernel's first listing, answered at once), d0 (listed before
-// anything shows a walk) and d1 (the root's second subdirectory listed:
-// the walk shows, and grep's first open in d1 shows it reads files, so
-// d2–d9 are read ahead riding on d1's opens: client/walk.go's walkRead);
-// FSSTAT 1 (grep's statfs: statfs waits for its answer, and Linux sends
-// one each time too); CLOSE 1 (the last file's, alone after half a
-// second). 107 before walkRead (d2 and d3 waited for the walk's third
-// listing), 113 before listings rode. Reading two levels ahead
-// (client/walkhold.go) changes nothing in this flat tree. grep finds what
-// each file holds.
+// ride in the files' OPENs. Exactly 103 (and the first listing again,
+// below): OPEN 100 (each with its file's data and a READDIR rider or a
+// CLOSE now and then); READDIRPLUS 2, the root (the kernel's first
+// listing, answered at once) and d0 (listed before anything shows a
+// walk); grep's first open in d0, listed just after its parent, shows a
+// recursive reader, and over v4.1, where listings read ahead ride, that
+// begins the walk: d1–d9 are read ahead riding on d0's opens
+// (client/walk.go's walkRead; one more before, d1, the root's second
+// subdirectory, whose listing showed the walk; 2 more before walkRead
+// read ahead at a walk's first open, 8 more before listings rode); no
+// FSSTAT (grep's statfs, right after the mount, is answered from the
+// space attributes the mount's COMPOUND brought: proto/nfsv41/statfs.go;
+// one more before); CLOSE 1 (the last file's, alone after half a
+// second). Reading two levels ahead (client/walkhold.go) changes nothing
+// in this flat tree. grep finds what each file holds.
 func TestNFSv41GrepRiders(t *testing.T) {
 	requireMountTools(t)
 	bin := harness.BuildHushfs(t)
@@ -51,10 +54,18 @@ func TestNFSv41GrepRiders(t *testing.T) {
 	mnt := t.TempDir()
 	m := harness.StartMount(t, harness.MountSpec{Bin: bin, Server: g.Addr, Export: g.ExportPath, Dir: mnt, NS: g.NS,
 		Options: fmt.Sprintf("vers=4.1,port=%s", p.Port)})
+	mounted := time.Now()
 
 	before := p.Counts(t)
 	prev := m.Stats(t)
 	start := time.Now()
+	// The space the mount brought is kept a second: a machine too loaded
+	// to start grep within half a second of the mount may see an FSSTAT.
+	statfs := uint64(0)
+	if late := start.Sub(mounted); late > 500*time.Millisecond {
+		t.Logf("grep started %v after the mount: its statfs may ask the server", late)
+		statfs = 1
+	}
 	out, err := exec.Command("grep", "-r", "-l", "needle", mnt).CombinedOutput()
 	wall := time.Since(start)
 	must(t, "grep -r\n"+string(out), err)
@@ -81,9 +92,16 @@ func TestNFSv41GrepRiders(t *testing.T) {
 	// The mount's first listing asks for a directory delegation
 	// (proto/nfsv41/dirdeleg.go); ganesha does not know the operation
 	// (OP_ILLEGAL), so that listing goes again without it: one more.
-	expectCounts(t, "grep -r", d, map[string]uint64{"OPEN": dirs * per, "READDIRPLUS": 3 + 1, "CLOSE": 1, "FSSTAT": 1})
-	if n, w := total(calls), uint64(dirs*per+5+1); n != w {
-		t.Errorf("the proxy counted %d COMPOUNDs, want %d (one per file, 3 listings and the first again, grep's statfs, 1 CLOSE)", n, w)
+	if statfs == 1 && d.Ops["FSSTAT"].Ops == 0 {
+		statfs = 0
+	}
+	wantCalls := map[string]uint64{"OPEN": dirs * per, "READDIRPLUS": 2 + 1, "CLOSE": 1}
+	if statfs > 0 {
+		wantCalls["FSSTAT"] = statfs
+	}
+	expectCounts(t, "grep -r", d, wantCalls)
+	if n, w := total(calls), uint64(dirs*per+3+1)+statfs; n != w {
+		t.Errorf("the proxy counted %d COMPOUNDs, want %d (one per file, 2 listings and the first again, 1 CLOSE)", n, w)
 	}
 	must(t, "unmount", m.Unmount(false))
 }

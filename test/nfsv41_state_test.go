@@ -37,7 +37,9 @@ func TestNFSv41Opens(t *testing.T) {
 	bin := harness.BuildHushfs(t)
 	g := harness.StartGanesha(t, harness.GaneshaOptions{NFSv4: true})
 	m, mnt := fuseV41(t, bin, g, "")
-	data := pattern(300<<10, 7)
+	// Larger than an OPEN reads in its COMPOUND (1 MiB): the reads go
+	// under the open.
+	data := pattern(1200<<10, 7)
 	must(t, "write on the server", os.WriteFile(filepath.Join(g.ExportDir, "f"), data, 0o644))
 	p := filepath.Join(mnt, "f")
 	var st unix.Stat_t

@@ -103,7 +103,7 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	// An open that truncates gets them from its SETATTR's reply instead.
 	trunc := flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY
 	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
-		fs.walkRead(n) // a walk reading files reads ahead further (walk.go)
+		fs.walkRead(c, n) // a walk reading files reads ahead further (walk.go)
 	}
 	var share uint32
 	var first *firstRead

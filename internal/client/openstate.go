@@ -262,11 +262,14 @@ type firstRead struct {
 
 // readFirstMax is the largest file whose OPEN for reading also reads it
 // (all of it, in the same COMPOUND). The kernel's first read of a file is
-// its readahead window from offset 0, capped at the file's size: for a
-// file this small one READ is all it ever asks, and the OPEN's answers it.
-// A bigger file's first read asks for more than a prefix would hold, so a
-// prefix would be sent twice.
-const readFirstMax = 256 << 10
+// its readahead window from offset 0 (fusefs.ReadAhead, 4 MiB), capped at
+// the file's size: for a file this small what it asks is all the file,
+// and the OPEN's READ answers it. A bigger file's first read asks for more
+// than a prefix would hold, so a prefix would be sent twice. 1 MiB, not
+// more: the server keeps the OPEN's reply, data and all, for a retry
+// (proto/nfsv41/open.go); 256 KiB before, which left grep -r a READ for
+// each source file between the two (busybox: 2 of 2,868).
+const readFirstMax = 1 << 20
 
 // readFirstWant is how much an OPEN of n for reading should read: the
 // whole file as last known (rounded up to a page: it may have grown),

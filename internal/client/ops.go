@@ -651,12 +651,24 @@ func (fs *FS) StatFS(ctx context.Context, c *Cred, id NodeID) (StatFS, error) {
 	if err != nil {
 		return StatFS{}, err
 	}
-	at := fs.now()
-	res, err := fs.srv.FsStat(ctx, c, n.fh)
-	if err != nil {
-		return StatFS{}, err
+	var res proto.FsStatRes
+	known := false
+	if sk, ok := fs.srv.(proto.SpaceKnower); ok {
+		n.mu.Lock()
+		fsid, valid := n.attr.Fsid, n.attrValid
+		n.mu.Unlock()
+		if valid {
+			res, known = sk.KnownFsStat(fsid)
+		}
 	}
-	fs.applyAttr(n, &res.Attr, at)
+	if !known {
+		at := fs.now()
+		res, err = fs.srv.FsStat(ctx, c, n.fh)
+		if err != nil {
+			return StatFS{}, err
+		}
+		fs.applyAttr(n, &res.Attr, at)
+	}
 	if res.Status != nil {
 		return StatFS{}, res.Status
 	}

@@ -25,7 +25,9 @@ import (
 // directories whose pass is one call. A walk with no visit for
 // walkIdle is over. A lone listing starts nothing: a walk begins only when
 // two subdirectories of a directory, or a subdirectory of a subdirectory,
-// are enumerated shortly after it.
+// are enumerated shortly after it; or, where read-ahead rides in other
+// calls (proto.AheadCarrier), when a file of a subdirectory listed just
+// after its parent is opened to be read (walkRead).
 
 const (
 	walkStart   = 2 * time.Second // enumerations this soon after their parent's show a walk
@@ -65,6 +67,12 @@ type walker struct {
 // and reports whether a walk is at dir. A walk begins when enumerations
 // go down the tree (below).
 func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
+	return fs.visitDirShown(c, dir, enum, false)
+}
+
+// visitDirShown is visitDir; shown says a walk shows at dir whatever the
+// enumerations before it (walkRead).
+func (fs *FS) visitDirShown(c *Cred, dir *inode, enum, shown bool) bool {
 	if !fs.bulkOn() {
 		return false
 	}
@@ -97,7 +105,7 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 					pb.lastKid = dir.id
 				}
 				chain = pb.chain + 1
-				evidence = chain >= 3 || pb.kids >= 2
+				evidence = chain >= 3 || pb.kids >= 2 || shown
 			}
 		}
 		p.mu.Unlock()
@@ -172,8 +180,9 @@ func (fs *FS) visitDir(c *Cred, dir *inode, enum bool) bool {
 // not a build listing a directory and one below it: the never-listed
 // directories it held back (walkListsFresh) are read ahead from now on,
 // riding in those opens' COMPOUNDs over NFSv4.1, instead of after its
-// third listing (each of the first three a round trip of its own).
-func (fs *FS) walkRead(n *inode) {
+// third listing (each of the first three a round trip of its own). Each
+// such open is a visit too: the walk is not idle while it reads.
+func (fs *FS) walkRead(c *Cred, n *inode) {
 	if !fs.bulkOn() {
 		return
 	}
@@ -184,17 +193,43 @@ func (fs *FS) walkRead(n *inode) {
 	if dir == nil || dir == n {
 		return
 	}
-	dir.mu.Lock()
-	var listed uint64
-	if dir.bulk != nil {
-		listed = dir.bulk.listedIn
-	}
-	dir.mu.Unlock()
 	now := fs.now()
+	listed, early := fs.walkListed(dir, now)
 	w := &fs.walk
 	w.mu.Lock()
-	if w.session == 0 || listed != w.session || now.Sub(w.last) >= walkIdle || w.lists >= walkListsFresh {
+	if w.session == 0 || listed != w.session || now.Sub(w.last) >= walkIdle {
 		w.mu.Unlock()
+		if !early || !fs.carriesAhead() {
+			return
+		}
+		// Listing a directory just after its parent and reading its
+		// files is how a recursive reader begins (grep -r: the export's
+		// root, its first subdirectory, that one's files). Where
+		// read-ahead rides in the calls the walk sends anyway (NFSv4.1:
+		// the opens that follow), that is enough to begin a walk there:
+		// its first listings then ride too, instead of each being the
+		// kernel's own round trip until a second subdirectory shows the
+		// walk. Elsewhere each listing read ahead is a call of its own,
+		// and a build that lists a directory, one below it and reads a
+		// file there would pay for a walk it does not make.
+		if !fs.visitDirShown(c, dir, true, true) {
+			return
+		}
+		listed, _ = fs.walkListed(dir, now)
+		w.mu.Lock()
+		if w.session == 0 || listed != w.session {
+			w.mu.Unlock()
+			return
+		}
+	}
+	// Reading the files of a directory it listed is the walk going on:
+	// a directory of many files takes grep longer than walkIdle, and a
+	// walk over by then would let go of what it read ahead (walkhold.go)
+	// and have to show itself again (each listing until then alone).
+	w.last = now
+	if w.lists >= walkListsFresh {
+		w.mu.Unlock()
+		fs.pump()
 		return
 	}
 	w.lists = walkListsFresh
@@ -202,6 +237,26 @@ func (fs *FS) walkRead(n *inode) {
 	w.unlisted = nil
 	w.mu.Unlock()
 	fs.pump()
+}
+
+// walkListed returns the walk dir was listed in, and whether dir was
+// listed within walkStart of its parent (early: the second level of a
+// walk that may be beginning).
+func (fs *FS) walkListed(dir *inode, now time.Time) (listed uint64, early bool) {
+	dir.mu.Lock()
+	defer dir.mu.Unlock()
+	if dir.bulk == nil {
+		return 0, false
+	}
+	b := dir.bulk
+	return b.listedIn, b.chain >= 2 && now.Sub(b.enumAt) < walkStart
+}
+
+// carriesAhead reports whether the protocol carries read-ahead in the
+// calls it sends anyway (proto.AheadCarrier).
+func (fs *FS) carriesAhead() bool {
+	ac, ok := fs.srv.(proto.AheadCarrier)
+	return ok && ac.CarriesAhead()
 }
 
 // refreshed is told that a pass over dir ended (ahead: a read-ahead one).

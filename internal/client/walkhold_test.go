@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"hushfs/internal/proto"
 )
 
 // TestWalkReadsTwoLevelsAhead: a walk that lists five directories (two to show the walk, three to
@@ -100,5 +102,99 @@ func TestWalkReadReadsAhead(t *testing.T) {
 	settle(t, fs)
 	if got := calls(fs); got["READDIRPLUS"] != 8 {
 		t.Errorf("after a file of d1 was opened: %v, want d2–d9 read ahead (8)", got)
+	}
+}
+
+// TestWalkGoesOnWhileReading: a walk that reads the files of a directory
+// it listed for longer than walkIdle (grep -r in a directory of many
+// files) is still going on: what it read ahead and holds is kept for
+// where it goes next, not let go as after a walk that stopped.
+func TestWalkGoesOnWhileReading(t *testing.T) {
+	ts := startServer(t)
+	var dirs []string
+	for i := 0; i < 6; i++ {
+		dirs = append(dirs, fmt.Sprintf("top/d%d", i), fmt.Sprintf("top/d%d/sub", i))
+	}
+	makeTree(t, ts.dir, dirs, 3)
+	fs, clk := ts.mountClocked(t, "")
+	k := newKernel(t, fs, clk)
+	k.list("top")
+	k.list("top/d0")
+	k.list("top/d1") // top's second subdirectory: the walk shows
+	for i := 0; i < 4; i++ {
+		// The walk reads d1's files, a little under walkIdle apart.
+		fh, _, err := fs.Open(k.ctx, root, k.node["top/d1/f0000"], syscall.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs.Release(k.ctx, fh)
+		settle(t, fs)
+		clk.advance(walkIdle * 3 / 4)
+	}
+	fs.pump()
+	held := 0
+	for _, n := range fs.nodes.all() {
+		fs.nodes.mu.Lock()
+		if n.aheadHeld && n.lookups == 0 {
+			held++
+		}
+		fs.nodes.mu.Unlock()
+	}
+	if held == 0 {
+		t.Errorf("after %v of reading d1's files, no node held for the walk: it was taken for over", 3*walkIdle)
+	}
+	calls(fs)
+	k.list("top/d2")
+	k.list("top/d2/sub")
+	settle(t, fs)
+	if got := calls(fs); got["READDIRPLUS"] != 0 {
+		t.Errorf("listing d2 and d2/sub after reading d1's files: %v, want both read ahead", got)
+	}
+}
+
+// carrier is a server whose read-ahead rides in other calls
+// (proto.AheadCarrier), as NFSv4.1's does.
+type carrier struct{ proto.Server }
+
+func (carrier) CarriesAhead() bool { return true }
+
+// TestWalkBeginsAtFirstRead: a directory listed just after its parent,
+// and a file of it opened to be read, is how grep -r begins. Where
+// read-ahead rides in other calls that begins a walk: the parent's other
+// subdirectories are read ahead at once. Where each read-ahead is a call
+// of its own (NFSv3), it does not: a build may do as much and go no
+// further.
+func TestWalkBeginsAtFirstRead(t *testing.T) {
+	for _, carries := range []bool{false, true} {
+		t.Run(fmt.Sprintf("carries=%v", carries), func(t *testing.T) {
+			ts := startServer(t)
+			var dirs []string
+			for i := 0; i < 10; i++ {
+				dirs = append(dirs, fmt.Sprintf("top/d%d", i))
+			}
+			makeTree(t, ts.dir, dirs, 3)
+			fs, clk := ts.mountClocked(t, "")
+			if carries {
+				fs.srv = carrier{fs.srv}
+			}
+			k := newKernel(t, fs, clk)
+			k.list("top")
+			k.list("top/d0")
+			settle(t, fs)
+			calls(fs)
+			fh, _, err := fs.Open(k.ctx, root, k.node["top/d0/f0000"], syscall.O_RDONLY)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs.Release(k.ctx, fh)
+			settle(t, fs)
+			want := uint64(0)
+			if carries {
+				want = 9
+			}
+			if got := calls(fs); got["READDIRPLUS"] != want {
+				t.Errorf("after a file of d0 was opened: %v, want %d listings read ahead", got, want)
+			}
+		})
 	}
 }

@@ -25,3 +25,11 @@ func AheadOf(ctx context.Context) (wanted <-chan struct{}, ok bool) {
 	wanted, ok = ctx.Value(aheadKey{}).(<-chan struct{})
 	return wanted, ok && wanted != nil
 }
+
+// AheadCarrier is a protocol that carries calls marked WithAhead in calls
+// it sends anyway (CarriesAhead true). Read-ahead then costs a round trip
+// only when nothing carries it in time, so the core may read ahead on
+// less evidence that it will be used.
+type AheadCarrier interface {
+	CarriesAhead() bool
+}

@@ -76,6 +76,14 @@ type Export struct {
 	Limits               Limits
 }
 
+// SpaceKnower is a server that may know a file system's space without a
+// call (NFSv4.1: what the mount's COMPOUND brought, for a short while).
+// KnownFsStat returns it for the file system fsid, if it does; the
+// result carries no attributes.
+type SpaceKnower interface {
+	KnownFsStat(fsid Fsid) (FsStatRes, bool)
+}
+
 // TimedAttr is attributes and when the call that brought them was sent.
 type TimedAttr struct {
 	Attr Attr

@@ -82,6 +82,8 @@ type Server struct {
 	dirDelegOK atomic.Bool // one was answered
 	// rc reclaims after a server restart (reclaim.go).
 	rc atomic.Pointer[reclaimerHolder]
+	// space is what the mount's COMPOUND said of the space (statfs.go).
+	space spaceCache
 
 	creds rpc.SysCreds // encoded AUTH_SYS per identity
 }
@@ -296,6 +298,9 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 		for _, rd := range riders {
 			all = append(all, rd.ops...)
 		}
+	}
+	if len(lead)+len(trail) > 0 || !session.Idempotent(ops) {
+		s.space.forget() // it may change what statfs reports
 	}
 	r := &reply{ops: all}
 	start := s.now()

@@ -249,9 +249,12 @@ func (s *Server) Downgrade(ctx context.Context, c *proto.Cred, fh proto.FH, st p
 // readFirstMax is the most an OPEN's first READ asks for (OpenArgs.ReadFirst
 // is the core's wish), and what the session asks the server to be able to
 // keep of a reply for a retry besides readFirstRoom: an OPEN's reply must be
-// kept (it is not idempotent), READ data and all.
+// kept (it is not idempotent), READ data and all. A server keeps a slot's
+// last reply, as large as it was (ganesha 4.3 grants this; one granting
+// less gets first reads that fit what it keeps): at most a slot's worth
+// per COMPOUND in flight, as a READ of that size would hold in flight.
 const (
-	readFirstMax  = 256 << 10
+	readFirstMax  = 1 << 20
 	readFirstRoom = 8 << 10 // SEQUENCE, OPEN, GETATTRs, ACCESS, CLOSEs carried
 )
 

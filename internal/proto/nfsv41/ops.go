@@ -30,7 +30,9 @@ func (s *Server) walkExport(ctx context.Context, c *proto.Cred, path string) (pr
 		}
 		ops = append(ops, nfs4.Argop{Op: nfs4.OpLookup, Args: &nfs4.LookupArgs{Name: []byte(name)}})
 	}
-	ops = append(ops, nfs4.Argop{Op: nfs4.OpGetFH}, getattr(limitAttrs))
+	// The space attributes too: a statfs right after the mount needs no
+	// COMPOUND of its own (statfs.go).
+	ops = append(ops, nfs4.Argop{Op: nfs4.OpGetFH}, getattr(limitAttrs.Or(spaceAttrs)))
 	at := s.now()
 	r, err := s.compound(ctx, c, "MOUNT", ops)
 	if err != nil {
@@ -58,6 +60,7 @@ func (s *Server) walkExport(ctx context.Context, c *proto.Cred, path string) (pr
 	if a.Type != proto.TypeDir {
 		return proto.Export{}, fmt.Errorf("the export is not a directory (type %d)", a.Type)
 	}
+	s.space.keep(&g.Attrs, at)
 	exp := proto.Export{
 		Root:        append(proto.FH(nil), fh...),
 		RootAttrs:   []proto.TimedAttr{{Attr: a, At: at}},

@@ -186,6 +186,11 @@ func (q *riderQueue) pending() int {
 	return len(q.queued)
 }
 
+var _ proto.AheadCarrier = (*Server)(nil)
+
+// CarriesAhead says read-ahead listings ride here (proto.AheadCarrier).
+func (s *Server) CarriesAhead() bool { return s.rq != nil }
+
 // compoundAhead sends a read-ahead READDIR COMPOUND (ops, whose READDIR
 // is rd) as a rider, and returns its answer as compound would.
 func (s *Server) compoundAhead(ctx context.Context, c *proto.Cred, name string, ops []nfs4.Argop, rd *nfs4.ReaddirArgs, wanted <-chan struct{}) (*reply, error) {
