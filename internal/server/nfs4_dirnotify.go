@@ -45,14 +45,21 @@ const (
 	notifyWait = 2 * time.Second
 	// maxNotifyDelay bounds the delay a holder may ask for.
 	maxNotifyDelay = time.Second
+	// A holder to be told of more than maxNotifyBurst names within
+	// notifyBurstWindow is recalled instead: each notification costs the
+	// changer a round trip to the holder, the holder's new listing one
+	// (an untar into a listed directory paid a round trip per file).
+	maxNotifyBurst    = 8
+	notifyBurstWindow = time.Second
 )
 
 // dirNotifier queues and sends the notifications of every notifying
 // directory delegation.
 type dirNotifier struct {
-	s  *Server
-	mu sync.Mutex
-	qs map[[nfs4.OtherSize]byte]*notifyQueue
+	s      *Server
+	mu     sync.Mutex
+	qs     map[[nfs4.OtherSize]byte]*notifyQueue
+	bursts map[[nfs4.OtherSize]byte]*notifyBurst
 }
 
 // notifyQueue is what waits to be told to one delegation's holder.
@@ -65,6 +72,14 @@ type notifyQueue struct {
 	failed  bool        // recalled instead: nothing more is sent
 }
 
+// notifyBurst is what one delegation's holder was told of since start
+// (maxNotifyBurst): a name created and then written counts once. It
+// outlives the queue, which goes whenever it is drained.
+type notifyBurst struct {
+	start time.Time
+	names map[string]struct{}
+}
+
 // What changed of a name queued.
 const (
 	dirtyEntry uint8 = 1 << iota // added, removed or replaced
@@ -72,7 +87,7 @@ const (
 )
 
 func newDirNotifier(s *Server) *dirNotifier {
-	return &dirNotifier{s: s, qs: map[[nfs4.OtherSize]byte]*notifyQueue{}}
+	return &dirNotifier{s: s, qs: map[[nfs4.OtherSize]byte]*notifyQueue{}, bursts: map[[nfs4.OtherSize]byte]*notifyBurst{}}
 }
 
 // mark queues the names of a directory changed for each holder of
@@ -110,9 +125,15 @@ func (dn *dirNotifier) queue(targets []v4state.Recall, what uint8, names []strin
 			}
 			q.dirty[name] |= what
 		}
-		if len(q.order) > maxNotifyQueued || r.Session == nil {
+		if len(q.order) > maxNotifyQueued || r.Session == nil || dn.burstLocked(r.Stateid, names) > maxNotifyBurst {
 			recall = append(recall, r.Stateid)
 			dn.failLocked(q)
+			if r.Notify.Delay <= 0 {
+				// Told nothing: the change waits for the return.
+				ch := make(chan bool, 1)
+				ch <- false
+				waits = append(waits, notifyWaiter{ch, r.Stateid})
+			}
 			continue
 		}
 		if r.Notify.Delay <= 0 {
@@ -131,6 +152,30 @@ func (dn *dirNotifier) queue(targets []v4state.Recall, what uint8, names []strin
 	return func() { dn.wait(waits) }
 }
 
+// burstLocked counts names as told to the holder of sid and returns how
+// many were within the current burst window.
+//
+// LOCKS_REQUIRED(dn.mu)
+func (dn *dirNotifier) burstLocked(sid nfs4.Stateid, names []string) int {
+	now := dn.s.now()
+	b := dn.bursts[sid.Other]
+	if b == nil || now.Sub(b.start) > notifyBurstWindow {
+		if len(dn.bursts) >= 256 {
+			for k, o := range dn.bursts {
+				if now.Sub(o.start) > notifyBurstWindow {
+					delete(dn.bursts, k)
+				}
+			}
+		}
+		b = &notifyBurst{start: now, names: map[string]struct{}{}}
+		dn.bursts[sid.Other] = b
+	}
+	for _, name := range names {
+		b.names[name] = struct{}{}
+	}
+	return len(b.names)
+}
+
 // notifyWaiter is a change waiting for one holder's notification.
 type notifyWaiter struct {
 	ch  chan bool
@@ -138,16 +183,23 @@ type notifyWaiter struct {
 }
 
 // wait waits for waits, all within notifyWait from now; a holder that
-// has not taken its notification by then is recalled.
+// has not taken its notification by then is recalled. A holder recalled
+// instead of told (false) is waited for until it returns the delegation,
+// within the same bound: then the change's reply still follows the
+// holder's knowing, as a recall before the change would have made sure.
 func (dn *dirNotifier) wait(waits []notifyWaiter) {
 	if len(waits) == 0 {
 		return
 	}
+	deadline := time.Now().Add(notifyWait)
 	t := time.NewTimer(notifyWait)
 	defer t.Stop()
 	for i, w := range waits {
 		select {
-		case <-w.ch:
+		case told := <-w.ch:
+			for !told && dn.s.v4.state.DelegHeld(w.sid) && time.Now().Before(deadline) {
+				time.Sleep(2 * time.Millisecond)
+			}
 		case <-t.C:
 			dn.s.logf("hushfs server: NFSv4.1 CB_NOTIFY not answered within %v: recalling", notifyWait)
 			var late []nfs4.Stateid

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -215,4 +216,40 @@ func TestV4DirNotifyUnanswered(t *testing.T) {
 	}
 	a.must(putFH(d), dirReturnOp(g.Stateid))
 	b.must(putFH(d), mkdirOp("y"))
+}
+
+// More than maxNotifyBurst names changed within notifyBurstWindow recall
+// the delegation instead of telling each (every notification costs the
+// changer a round trip to the holder): the changes up to the limit are
+// told, the one past it is answered once the holder has returned the
+// delegation, and the changes after it cost nothing more.
+func TestV4DirNotifyBurstRecalls(t *testing.T) {
+	e, root := dirEnv(t, nil)
+	a, h := e.v4cb(true, false)
+	b := e.v4(0, 0)
+	d := lookupFH(a, root, "d")
+	g := a.notifyDeleg(d)
+	for i := range maxNotifyBurst {
+		b.must(putFH(d), mkdirOp(fmt.Sprint("n", i)))
+	}
+	if got := takeNotified(t, h, 0); !hasAll(got, []string{"+n0", "+n1", "+n" + fmt.Sprint(maxNotifyBurst-1)}) {
+		t.Fatalf("the first %d changes: the holder was told %q", maxNotifyBurst, got)
+	}
+	noRecall(t, h, 0, "changes within the burst limit")
+	b.must(putFH(d), mkdirOp("past"))
+	if sid := recallOf(t, h); sid != g.Stateid {
+		t.Fatalf("CB_RECALL of %v, the delegation is %v", sid, g.Stateid)
+	}
+	if e.srv.v4.state.DelegHeld(g.Stateid) {
+		t.Fatal("the change past the burst was answered before the holder returned the delegation")
+	}
+	if got := takeNotified(t, h, 0); slices.Contains(got, "+past") {
+		t.Errorf("the change past the burst was told too: %q", got)
+	}
+	for i := range 4 {
+		b.must(putFH(d), mkdirOp(fmt.Sprint("after", i)))
+	}
+	if got := takeNotified(t, h, 0); len(got) != 0 {
+		t.Errorf("changes after the return: the holder was told %q", got)
+	}
 }

@@ -88,6 +88,15 @@ func (st *State) NotifyHeld(s nfs4.Stateid) bool {
 	return found && rec.kind == kindDeleg && !rec.deleg.revoked && rec.deleg.recalled.IsZero()
 }
 
+// DelegHeld reports whether the delegation s is still held: not returned
+// and not revoked (recalled or not).
+func (st *State) DelegHeld(s nfs4.Stateid) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	rec, found := st.stateids[s.Other]
+	return found && rec.kind == kindDeleg && !rec.deleg.revoked
+}
+
 // ChildNotifyConflicts is ChildConflicts for an NFSv4.1 client by
 // changing an entry of the directory key: delegations of others covering
 // the entries that also take notifications are returned in notify (told
