@@ -114,6 +114,10 @@ type leased struct {
 	// Changes of a write-leased file's attributes the server makes for
 	// its holder (leases_self.go).
 	selfAttrs []*attrExpectation
+	// A broken write lease kept for a writer's data (leases_writer.go):
+	// when the break was seen, when no delegation was left, the writer's
+	// last WRITE.
+	brokenAt, freeAt, lastWrite time.Time
 }
 
 // leaseType is the lease l holds while intact.
@@ -429,6 +433,7 @@ func (w *leaseWatch) scan() {
 		return
 	}
 	var recalls []v4state.Recall
+	now := w.s.now()
 	w.mu.Lock()
 	for key, l := range w.files {
 		if !l.dir {
@@ -448,6 +453,9 @@ func (w *leaseWatch) scan() {
 			w.localAttrsLocked(key, l)
 		}
 		if l.broken {
+			if l.brokenAt.IsZero() {
+				l.brokenAt = now
+			}
 			// A local change of a directory has happened already:
 			// its holders get a lease to return the delegation.
 			within := w.within
@@ -456,7 +464,7 @@ func (w *leaseWatch) scan() {
 			}
 			r, held := w.s.v4.state.RecallAll(key, within)
 			recalls = append(recalls, r...)
-			if !held {
+			if !held && !w.holdForWriterLocked(key, l, now) {
 				w.releaseLocked(key, l)
 			}
 		} else if !w.s.v4.state.Delegated(key) {

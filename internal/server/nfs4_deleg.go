@@ -137,12 +137,16 @@ func (s *Server) sendRecall(r v4state.Recall) {
 // mayChange is asked before this compound's client changes the file key:
 // other clients' delegations of it are recalled, and while any is held
 // the change is NFS4ERR_DELAY.
-func (c *compound) mayChange(key string) nfs4.Status {
+func (c *compound) mayChange(key string) nfs4.Status { return c.mayChangeData(key, false) }
+
+// mayChangeData is mayChange, for a WRITE if write: a broken write lease
+// kept for the writer's data stays (leases_writer.go).
+func (c *compound) mayChangeData(key string, write bool) nfs4.Status {
 	st := c.mayOpen(key)
 	if st == nfs4.OK && c.s.childConflicts(key, c.client, c) {
 		st = nfs4.ErrDelay // its directory's delegation (nfs4_dirchild.go)
 	}
-	if st == nfs4.OK {
+	if st == nfs4.OK && !(write && c.s.v4.leases.writerWrites(key, c.client)) {
 		c.s.v4.leases.changing(key)
 	}
 	return st

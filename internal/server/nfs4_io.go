@@ -101,7 +101,7 @@ func (c *compound) write(a *nfs4.WriteArgs) nfs4.Status {
 		st = c.s.v4.state.CheckIO(c.client, &sid, n.key, true)
 	}
 	if st == nfs4.OK {
-		st = c.mayChange(n.key)
+		st = c.mayChangeData(n.key, true)
 	}
 	if st != nfs4.OK {
 		return c.status(st)

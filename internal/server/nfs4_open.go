@@ -346,6 +346,9 @@ func (c *compound) close(a *nfs4.CloseArgs) nfs4.Status {
 			key = c.cur.n.key
 		}
 		sid, st = c.s.v4.state.Close(c.client, &sid, key)
+		if st == nfs4.OK {
+			c.s.v4.leases.writerClosed(key)
+		}
 	}
 	res := nfs4.CloseRes{Status: st, Stateid: sid}
 	c.reply = res.Append(c.reply)

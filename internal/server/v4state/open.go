@@ -360,3 +360,42 @@ func (st *State) Holds(cl *Client, key string) bool {
 	}
 	return false
 }
+
+// Writes reports whether cl holds the file key open for writing or holds
+// its write delegation: the writes it may still send.
+func (st *State) Writes(key string, cl *Client) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.files[key]
+	if f == nil {
+		return false
+	}
+	for _, o := range f.opens {
+		if o.owner.client == cl && o.access&nfs4.ShareAccessWrite != 0 {
+			return true
+		}
+	}
+	for _, d := range f.delegs {
+		if d.client == cl && d.write && !d.revoked {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteOpen reports whether any client holds the file key open for
+// writing.
+func (st *State) WriteOpen(key string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.files[key]
+	if f == nil {
+		return false
+	}
+	for _, o := range f.opens {
+		if o.access&nfs4.ShareAccessWrite != 0 {
+			return true
+		}
+	}
+	return false
+}
