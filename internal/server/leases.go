@@ -200,21 +200,24 @@ func (w *leaseWatch) run() {
 }
 
 // returned lets the lease of the file key go at once if no delegation
-// needs it any more (a local opener waiting for it goes ahead, and the
-// next grant takes the lease it needs), rather than at the next scan.
+// needs it any more and no local opener waits for it (the next grant
+// takes the lease it needs), rather than at the next scan; a broken
+// one is the scan's to let go.
 func (w *leaseWatch) returned(key string) {
 	if w == nil {
 		return
 	}
 	w.mu.Lock()
 	l := w.files[key]
-	dir := l != nil && l.dir
-	if l != nil && !dir && !w.s.v4.state.Delegated(key) {
+	scan := l != nil && (l.dir || l.broken)
+	if l != nil && !scan && !w.s.v4.state.Delegated(key) {
 		w.releaseLocked(key, l)
 	}
 	w.mu.Unlock()
-	if dir {
-		w.poke() // a directory's watch goes at the scan (leases_dir.go)
+	if scan {
+		// A directory's watch goes at the scan (leases_dir.go), and a
+		// broken lease may stay for the writer's data (leases_writer.go).
+		w.poke()
 	}
 }
 
@@ -244,7 +247,7 @@ func (w *leaseWatch) grant(n *node, grantFn func() bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	l := w.files[n.key]
-	if l != nil && l.write && !w.s.v4.state.Delegated(n.key) {
+	if l != nil && l.write && !l.broken && !w.s.v4.state.Delegated(n.key) {
 		// The write lease of a delegation already back: a local reader
 		// would break it. A read delegation gets a read lease.
 		w.releaseLocked(n.key, l)
