@@ -303,14 +303,21 @@ func (fs *FS) setattrRPC(ctx context.Context, c *Cred, n *inode, in SetAttrIn) (
 
 // dropNoops clears the parts of a SETATTR that a valid cache shows would
 // change nothing — chmod to the current mode, chown to the current owner,
-// truncate to the current size with nothing dirty (unless they clear set-id
-// bits: KillSetID) — and reports whether
+// truncate to the current size with nothing dirty under a file delegation
+// (unless they clear set-id bits: KillSetID) — and reports whether
 // nothing is left to send. A time is never dropped: the kernel sends no
 // atime updates of its own to a FUSE file system (its inodes are
-// S_NOATIME), so every time that arrives is an explicit utimensat.
+// S_NOATIME), so every time that arrives is an explicit utimensat. A size
+// is dropped only on a delegation's word: attributes within their
+// lifetime may be another writer's old ones (truncate(2) opens nothing,
+// so close-to-open did not refresh them), and a truncation dropped on
+// them is lost (the recall soak: a truncate to the length of a version
+// since rewritten on the server's disk, then an append, left the whole
+// rewrite before the appended line).
 func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
 	n.mu.Lock()
 	a, _, valid := n.cachedAttrLocked(fs.now())
+	delegated := n.delegated
 	n.mu.Unlock()
 	if !valid {
 		return false
@@ -327,7 +334,7 @@ func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
 	if in.SetGID && in.GID == a.GID && !kills {
 		in.SetGID = false
 	}
-	if in.SetSize && in.Size == a.Size && fs.wb.dirtyEnd(n) == 0 && !kills {
+	if in.SetSize && in.Size == a.Size && delegated && fs.wb.dirtyEnd(n) == 0 && !kills {
 		in.SetSize = false
 	}
 	return !in.SetMode && !in.SetUID && !in.SetGID && !in.SetSize &&
