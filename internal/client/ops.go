@@ -292,6 +292,15 @@ func (fs *FS) setattrRPC(ctx context.Context, c *Cred, n *inode, in SetAttrIn) (
 		fs.noteStale(n, res.Status)
 		return Attr{}, 0, res.Status
 	}
+	if fs.lostLastName(n, &res.Wcc.After) {
+		// Came through a name cached before another client renamed over
+		// or removed the file (the server kept it for an open of ours
+		// whose CLOSE is still queued): the kernel looks the name up again
+		// (ESTALE) and changes the file it leads to now, as an OPEN does
+		// (openstate.go).
+		fs.nodes.markStale(n)
+		return Attr{}, 0, syscall.ESTALE
+	}
 	if in.SetSize {
 		fs.wb.truncated(n, in.Size)
 	}
@@ -299,6 +308,16 @@ func (fs *FS) setattrRPC(ctx context.Context, c *Cred, n *inode, in SetAttrIn) (
 		return fs.GetAttr(ctx, c, n.id)
 	}
 	return fs.localAttr(n, &res.Wcc.After.Attr), n.attrLeft(fs.now()), nil
+}
+
+// lostLastName reports whether attributes of n a reply brought show a
+// regular file with no name left that has no descriptor open here (NFSv4.1
+// opens only: a name the kernel reached it by is stale).
+func (fs *FS) lostLastName(n *inode, a *proto.PostAttr) bool {
+	if fs.opener == nil || !a.Present || a.Attr.Type != proto.TypeReg || a.Attr.Nlink != 0 {
+		return false
+	}
+	return !fs.opensOf(n).descriptors()
 }
 
 // dropNoops clears the parts of a SETATTR that a valid cache shows would
