@@ -234,6 +234,10 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	if !in.Atime.fits(fs.limits) || !in.Mtime.fits(fs.limits) {
 		return Attr{}, 0, syscall.EOVERFLOW
 	}
+	if in.SetSize {
+		n.sizing.RLock() // opens wait (Open)
+		defer n.sizing.RUnlock()
+	}
 	if fs.dropNoops(n, &in) || in.timesOnly() && (fs.wb.holdTimes(n, c, &in) || fs.holdDirTimes(n, c, &in)) {
 		// Nothing would change, or nothing yet: answer from the cache
 		// (valid either way, if maybe past its lifetime), send nothing.

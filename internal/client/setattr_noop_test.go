@@ -3,10 +3,12 @@ package client
 import (
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"hushfs/internal/nfs3"
 	"hushfs/internal/server"
 )
 
@@ -80,5 +82,58 @@ func TestTruncateToStaleSize(t *testing.T) {
 				t.Errorf("truncate to the delegated size: %d SETATTRs, want 0", n)
 			}
 		})
+	}
+}
+
+// TestOpenWaitsForTruncate: an open of a file whose truncate (a SETATTR of
+// its size) is under way on this mount answers only once the truncate is
+// done. The kernel takes no attributes of a file while its truncate runs
+// (FUSE_I_SIZE_UNSTABLE), so an open answered meanwhile could not give it
+// the size the open found: a reader stopped at the size the kernel had
+// cached, an older version than the last close (the recall soak, while a
+// client's truncate waited for another client's delegation to come back).
+func TestOpenWaitsForTruncate(t *testing.T) {
+	ts := startServer(t)
+	p := filepath.Join(ts.dir, "f")
+	noErr(t, os.WriteFile(p, []byte("0123456789"), 0o666))
+	noErr(t, os.Chmod(p, 0o666))
+	front := startHoldFront(t, ts.nfsL.Addr().String(), func(proc uint32, _ []byte) bool {
+		return proc == nfs3.ProcSetattr
+	})
+	fs := mountVia(t, ts, front.port, "")
+	var release sync.Once
+	// Before the unmount (cleanups run last first): a failed test must not
+	// leave the SETATTR held.
+	t.Cleanup(func() { release.Do(func() { close(front.released) }) })
+	ctx := ctxT(t)
+	e, err := fs.Lookup(ctx, root, RootID, "f")
+	noErr(t, err)
+	front.armed.Store(true)
+	truncated := make(chan error, 1)
+	go func() {
+		_, _, err := fs.SetAttr(ctx, root, e.Node, SetAttrIn{SetSize: true, Size: 4})
+		truncated <- err
+	}()
+	awaitHeld(t, front)
+	opened := make(chan error, 1)
+	go func() {
+		fh, _, err := fs.Open(ctx, root, e.Node, syscall.O_RDONLY)
+		if err == nil {
+			fs.Release(ctx, fh)
+		}
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		t.Fatalf("the open answered (%v) while the truncate's SETATTR was on its way", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	release.Do(func() { close(front.released) })
+	noErr(t, <-truncated)
+	select {
+	case err := <-opened:
+		noErr(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the open did not answer after the truncate")
 	}
 }
