@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"hushfs/internal/nfs3"
+	"hushfs/internal/proto"
 	"hushfs/internal/server"
 )
 
@@ -135,5 +136,43 @@ func TestOpenWaitsForTruncate(t *testing.T) {
 		noErr(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the open did not answer after the truncate")
+	}
+}
+
+// TestTruncateAfterDowngrade: a truncate(2) that picked its open's
+// stateid while the open still had write access, and reached the server
+// after a writer's release narrowed it (OPEN_DOWNGRADE), is refused
+// OPENMODE; it is sent again under no open (the anonymous stateid, as
+// for a file not open here) rather than failing with EBADF (the recall
+// soak, once in 2 minutes). The race is made by giving the open back its
+// write access here after the downgrade.
+func TestTruncateAfterDowngrade(t *testing.T) {
+	ts := startServer(t)
+	p := filepath.Join(ts.dir, "f")
+	noErr(t, os.WriteFile(p, []byte("0123456789"), 0o666))
+	noErr(t, os.Chmod(p, 0o666))
+	fs := ts.mount(t, "vers=4.1")
+	ctx := ctxT(t)
+	e, err := fs.Lookup(ctx, root, RootID, "f")
+	noErr(t, err)
+	w, _, err := fs.Open(ctx, root, e.Node, syscall.O_RDWR)
+	noErr(t, err)
+	r, _, err := fs.Open(ctx, root, e.Node, syscall.O_RDONLY)
+	noErr(t, err)
+	defer fs.Release(ctx, r)
+	fs.Release(ctx, w)
+	if fs.Stats().Snapshot().Count("OPEN_DOWNGRADE") != 1 {
+		t.Fatalf("no OPEN_DOWNGRADE at the writer's release: %v", fs.Stats().Snapshot().Ops)
+	}
+	n, _ := fs.node(e.Node)
+	no := fs.opensOf(n)
+	no.vmu.Lock()
+	no.owners[root.UID].held |= proto.ShareWrite // as picked before the downgrade
+	no.vmu.Unlock()
+	if _, _, err := fs.SetAttr(ctx, root, e.Node, SetAttrIn{SetSize: true, Size: 4}); err != nil {
+		t.Fatalf("truncate: %v", err)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "0123" {
+		t.Errorf("the server's file after truncate(4): %q", got)
 	}
 }
