@@ -342,60 +342,32 @@ func (st *State) TestStateids(cl *Client, sids []nfs4.Stateid, out []nfs4.Status
 // Holds reports whether cl has the file key open or delegated: a file
 // whose last name is gone stays open for such a client alone.
 func (st *State) Holds(cl *Client, key string) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	f := st.files[key]
-	if f == nil {
-		return false
-	}
-	for _, o := range f.opens {
-		if o.owner.client == cl {
-			return true
-		}
-	}
-	for _, d := range f.delegs {
-		if d.client == cl && !d.revoked {
-			return true
-		}
-	}
-	return false
+	return st.anyOf(key, func(o *Open) bool { return o.owner.client == cl },
+		func(d *Deleg) bool { return d.client == cl && !d.revoked })
 }
 
 // Writes reports whether cl holds the file key open for writing or holds
 // its write delegation: the writes it may still send.
 func (st *State) Writes(key string, cl *Client) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	f := st.files[key]
-	if f == nil {
-		return false
-	}
-	for _, o := range f.opens {
-		if o.owner.client == cl && o.access&nfs4.ShareAccessWrite != 0 {
-			return true
-		}
-	}
-	for _, d := range f.delegs {
-		if d.client == cl && d.write && !d.revoked {
-			return true
-		}
-	}
-	return false
+	return st.anyOf(key, func(o *Open) bool { return o.owner.client == cl && o.access&nfs4.ShareAccessWrite != 0 },
+		func(d *Deleg) bool { return d.client == cl && d.write && !d.revoked })
 }
 
 // WriteOpen reports whether any client holds the file key open for
 // writing.
 func (st *State) WriteOpen(key string) bool {
+	return st.anyOf(key, func(o *Open) bool { return o.access&nfs4.ShareAccessWrite != 0 },
+		func(*Deleg) bool { return false })
+}
+
+// anyOf reports whether an open or a delegation of the file key is one
+// the predicates accept.
+func (st *State) anyOf(key string, open func(*Open) bool, deleg func(*Deleg) bool) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	f := st.files[key]
 	if f == nil {
 		return false
 	}
-	for _, o := range f.opens {
-		if o.access&nfs4.ShareAccessWrite != 0 {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(f.opens, open) || slices.ContainsFunc(f.delegs, deleg)
 }
