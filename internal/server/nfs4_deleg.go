@@ -234,6 +234,14 @@ func (v *v4) waitLimit() time.Duration {
 func (s *Server) recallWait(key string, client *v4state.Client, conflicts func(string, *v4state.Client) ([]v4state.Recall, bool), limit time.Duration) bool {
 	recalls, wait := conflicts(key, client)
 	s.sendRecalls(recalls)
+	if len(recalls) == 0 && client != nil {
+		// Recalled before, by another call or this one's earlier try:
+		// its holder has had the recall's round trip already and is
+		// slow to return it; waiting again at every NFSv4.1 retry would
+		// only hold the caller (and its lease's renewals) back. (An
+		// NFSv3 client retries JUKEBOX seconds later: it waits again.)
+		limit = 0
+	}
 	for deadline := time.Now().Add(limit); wait && time.Now().Before(deadline); {
 		time.Sleep(2 * time.Millisecond)
 		// A delegation granted meanwhile is marked recalled by this

@@ -522,3 +522,22 @@ func TestV4ReadDelegationAfterReturnLocalReader(t *testing.T) {
 		unix.Close(fd)
 	}
 }
+
+// A retry of a change whose conflicting delegation was recalled already
+// is answered NFS4ERR_DELAY at once: the holder had the recall's round
+// trip, and waiting again at every retry held the caller back long enough
+// to let its other session's lease lapse (pynfs DELEG8).
+func TestV4RecallWaitOncePerRecall(t *testing.T) {
+	e := startEnvTuned(t, false, func(c *Config) { c.Delegations = true; c.RecallWait = 0 })
+	root := nfs4.FH(e.srv.RootHandle())
+	c, hc := e.v4cb(false, false)
+	b := e.v4(0, 0)
+	writeDelegated(t, e, c, "g")
+	b.fails(nfs4.ErrDelay, 1, putFH(root), b.openOp("g", nfs4.ShareAccessRead, false))
+	recallOf(t, hc)
+	start := time.Now()
+	b.fails(nfs4.ErrDelay, 1, putFH(root), b.openOp("g", nfs4.ShareAccessRead, false))
+	if el := time.Since(start); el >= v4RecallWait {
+		t.Errorf("the retry was answered DELAY after %v, want at once", el)
+	}
+}
