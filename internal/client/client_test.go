@@ -32,7 +32,6 @@ type testServer struct {
 	nfsL       net.Listener
 	mountL     net.Listener
 	proxy      *proxy.Proxy
-	config     func(*server.Config) // changes to the server's defaults, or nil
 }
 
 func requireRoot(t *testing.T) {
@@ -44,15 +43,8 @@ func requireRoot(t *testing.T) {
 
 func startServer(t *testing.T) *testServer {
 	t.Helper()
-	return startServerWith(t, nil)
-}
-
-// startServerWith is startServer with the server's configuration changed
-// by config (delegations on, say).
-func startServerWith(t *testing.T, config func(*server.Config)) *testServer {
-	t.Helper()
 	requireRoot(t)
-	ts := &testServer{dir: t.TempDir(), state: t.TempDir(), config: config}
+	ts := &testServer{dir: t.TempDir(), state: t.TempDir()}
 	os.Chmod(ts.dir, 0o777)
 	var err error
 	if ts.nfsL, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
@@ -76,11 +68,7 @@ func startServerWith(t *testing.T, config func(*server.Config)) *testServer {
 func (ts *testServer) serve(t *testing.T) {
 	t.Helper()
 	var err error
-	cfg := server.Config{Root: ts.dir, StateDir: ts.state}
-	if ts.config != nil {
-		ts.config(&cfg)
-	}
-	ts.srv, err = server.New(cfg)
+	ts.srv, err = server.New(server.Config{Root: ts.dir, StateDir: ts.state})
 	if err != nil {
 		t.Fatal(err)
 	}
