@@ -3,7 +3,6 @@ package test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,14 +71,8 @@ func TestNFSv41DirDelegation(t *testing.T) {
 	}
 	metrics := freeAddr(t)
 	s := harness.StartServe(t, export, "--metrics", metrics)
-	_, port, _ := net.SplitHostPort(s.NFSAddr)
-	mount := func() (*harness.Mount, string) {
-		dir := t.TempDir()
-		return harness.StartMount(t, harness.MountSpec{Bin: bin, Server: "127.0.0.1", Export: s.ExportPath,
-			Dir: dir, Options: "vers=4.1,actimeo=1,port=" + port}), dir
-	}
-	a, dirA := mount()
-	b, dirB := mount()
+	a, dirA := serveV41Opts(t, bin, s, "actimeo=1")
+	b, dirB := serveV41Opts(t, bin, s, "actimeo=1")
 	pa, pb := filepath.Join(dirA, "d"), filepath.Join(dirB, "d")
 
 	// The way there is delegated too: the root's listing.
