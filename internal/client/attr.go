@@ -60,6 +60,13 @@ func sameChange(a, b *proto.Attr) bool {
 	return a.Size == b.Size && a.Mtime == b.Mtime && a.Ctime == b.Ctime
 }
 
+// sameVersion reports whether a and b describe the same version of a
+// file's data: sameChange, and the same change attribute where both have
+// one (it moves where timestamps may not).
+func sameVersion(a, b *proto.Attr) bool {
+	return sameChange(a, b) && (!a.HasChange || !b.HasChange || a.Change == b.Change)
+}
+
 // timeoBounds returns the attribute cache lifetime bounds for a file type.
 func (fs *FS) timeoBounds(t proto.FileType) (min, max time.Duration) {
 	if fs.opts.NoAC {

@@ -221,8 +221,15 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 		return 0, nil, syscall.ESTALE
 	}
 	if res.HasData && res.Attr.Present {
+		// The data is the version the OPEN's attributes describe. Kept only
+		// if those are the node's now: a reply refused as older than what
+		// the node holds (another open's, sent after this one and answered
+		// first, with the next version) would lend its data to that version,
+		// and the kernel would read the old bytes up to the new size.
 		n.mu.Lock()
-		first = &firstRead{data: res.Data, gen: n.dataGen, changes: changes}
+		if n.attrValid && sameVersion(&n.attr, &res.Attr.Attr) {
+			first = &firstRead{data: res.Data, gen: n.dataGen, changes: changes}
+		}
 		n.mu.Unlock()
 	}
 	no.addLocked(c, res.State, share)

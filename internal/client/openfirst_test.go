@@ -1,0 +1,97 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"hushfs/internal/proto"
+)
+
+// holdOpener holds the reply of the first OPEN it sends until hold is
+// closed, telling held once that reply is in.
+type holdOpener struct {
+	proto.Opener
+	held, hold chan struct{}
+	first      bool
+}
+
+func (h *holdOpener) Open(ctx context.Context, c *proto.Cred, a proto.OpenArgs) (proto.OpenRes, error) {
+	res, err := h.Opener.Open(ctx, c, a)
+	if !h.first {
+		h.first = true
+		close(h.held)
+		<-h.hold
+	}
+	return res, err
+}
+
+// TestOpenFirstReadOfOlderVersion: two opens of a file for reading, the
+// file rewritten on the server between them, and the first open's reply
+// (its OPEN's attributes and the data its READ brought) taken after the
+// second's. The older reply's attributes are refused; its data must go
+// with them, not become the newer version's (the recall soak read a
+// rewritten file's new size filled with the old version's bytes).
+func TestOpenFirstReadOfOlderVersion(t *testing.T) {
+	ts := startServer(t)
+	path := filepath.Join(ts.dir, "f")
+	older := bytes.Repeat([]byte("older version\n"), 100)
+	newer := bytes.Repeat([]byte("newer\n"), 77)
+	if err := os.WriteFile(path, older, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs := ts.mount(t, "vers=4.1")
+	if fs.opener == nil {
+		t.Fatal("vers=4.1 mount without an opener")
+	}
+	h := &holdOpener{Opener: fs.opener, held: make(chan struct{}), hold: make(chan struct{})}
+	fs.opener = h
+	ctx := ctxT(t)
+	e, err := fs.Lookup(ctx, root, RootID, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type opened struct {
+		fh  uint64
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		fh, _, err := fs.Open(ctx, root, e.Node, syscall.O_RDONLY)
+		done <- opened{fh, err}
+	}()
+	select {
+	case <-h.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first OPEN never came back")
+	}
+	time.Sleep(10 * time.Millisecond) // another ctime, whatever the clock's grain
+	if err := os.WriteFile(path, newer, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fh2, _, err := fs.Open(ctx, root, e.Node, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Release(ctx, fh2)
+	close(h.hold)
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	defer fs.Release(ctx, o.fh)
+	for _, fh := range []uint64{fh2, o.fh} {
+		buf := make([]byte, 4096)
+		n, err := fs.Read(ctx, root, fh, 0, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf[:n], newer) {
+			t.Errorf("read %d bytes %q…, want the newer version (%d bytes)", n, buf[:min(n, 20)], len(newer))
+		}
+	}
+}
