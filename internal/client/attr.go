@@ -178,6 +178,10 @@ func (fs *FS) setAttrLocked(n *inode, a *proto.Attr, at time.Time) {
 			n.attrTimeo = hi
 		}
 	}
+	// Another version, while no data is held valid: the data generation
+	// still moves, so that data read from the version before (a READ in
+	// flight, an OPEN's first read) is never taken for this one's.
+	moved := a.Type == proto.TypeReg && n.attrValid && !sameVersion(&n.attr, a)
 	n.attr = *a
 	n.attrValid = true
 	n.attrTime = at
@@ -191,6 +195,8 @@ func (fs *FS) setAttrLocked(n *inode, a *proto.Attr, at time.Time) {
 		if n.opening == 0 {
 			fs.notify.InvalidateData(n.id)
 		}
+	} else if !n.dataValid && moved {
+		n.dataGen++
 	}
 }
 

@@ -143,7 +143,7 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	}
 	// The OPEN's data is the version its attributes describe: kept only if
 	// no other reply moved the data generation since.
-	firstOK := first != nil && n.dataGen == first.gen
+	firstOK := first != nil && n.dataGen == first.gen && sameVersion(&n.attr, &first.attr)
 	keepCache = n.dataValid
 	if !keepCache {
 		// From now on the kernel's pages are read from this version; what

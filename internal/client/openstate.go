@@ -228,7 +228,7 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 		// and the kernel would read the old bytes up to the new size.
 		n.mu.Lock()
 		if n.attrValid && sameVersion(&n.attr, &res.Attr.Attr) {
-			first = &firstRead{data: res.Data, gen: n.dataGen, changes: changes}
+			first = &firstRead{data: res.Data, gen: n.dataGen, changes: changes, attr: res.Attr.Attr}
 		}
 		n.mu.Unlock()
 	}
@@ -265,6 +265,7 @@ type firstRead struct {
 	data    []byte
 	gen     uint64
 	changes uint64
+	attr    proto.Attr // the OPEN's, which the data is the version of
 }
 
 // readFirstMax is the largest file whose OPEN for reading also reads it
