@@ -265,6 +265,21 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	return a, ttl, err
 }
 
+// notOurs drops the pre-operation attributes of a SETATTR that set
+// neither size nor mtime but whose reply shows them changed: another
+// writer ran between the attributes before and the SETATTR (v4.1's are a
+// GETATTR in the same COMPOUND, not atomic with it), and its data must
+// not be taken for what we had (a chmod beside a rewrite on the server
+// kept the old bytes as the new size's).
+func notOurs(w *proto.Wcc, in SetAttrIn) {
+	if in.SetSize || in.Mtime.How != TimeOmit || !w.Before.Present || !w.After.Present {
+		return
+	}
+	if b, a := &w.Before.Attr, &w.After.Attr; b.Size != a.Size || b.Mtime != a.Mtime {
+		w.Before.Present = false
+	}
+}
+
 // setattrRPC sends one SETATTR and caches its result.
 func (fs *FS) setattrRPC(ctx context.Context, c *Cred, n *inode, in SetAttrIn) (Attr, time.Duration, error) {
 	at := fs.now()
@@ -287,6 +302,7 @@ func (fs *FS) setattrRPC(ctx context.Context, c *Cred, n *inode, in SetAttrIn) (
 	if err != nil {
 		return Attr{}, 0, err
 	}
+	notOurs(&res.Wcc, in)
 	fs.applyWcc(n, &res.Wcc, at, false)
 	if res.Status != nil {
 		fs.noteStale(n, res.Status)
