@@ -149,6 +149,11 @@ func (c *compound) mayChangeData(key string, write bool) nfs4.Status {
 	if st == nfs4.OK && !(write && c.s.v4.leases.writerWrites(key, c.client)) {
 		c.s.v4.leases.changing(key)
 	}
+	if st == nfs4.OK && c.s.v4.delegations {
+		// No delegation of the file is granted until the change is made.
+		c.s.v4.state.BeginChange(key)
+		c.after = append(c.after, func() { c.s.v4.state.EndChange(key) })
+	}
 	return st
 }
 

@@ -78,7 +78,8 @@ func (st *State) GrantRead(cl *Client, key string) (nfs4.Stateid, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	f := st.files[key]
-	if f == nil || cl.gone || st.inGraceLocked() || cl.backSessionLocked() == nil || cl.nstate >= MaxStatePerClient {
+	if f == nil || cl.gone || st.inGraceLocked() || cl.backSessionLocked() == nil || cl.nstate >= MaxStatePerClient ||
+		st.changing[key] > 0 {
 		return nfs4.Stateid{}, false
 	}
 	for _, o := range f.opens {
@@ -103,7 +104,7 @@ func (st *State) GrantWrite(cl *Client, key string) (nfs4.Stateid, bool) {
 	defer st.mu.Unlock()
 	f := st.files[key]
 	if f == nil || cl.gone || st.inGraceLocked() || cl.backSessionLocked() == nil || cl.nstate >= MaxStatePerClient ||
-		len(f.delegs) > 0 {
+		len(f.delegs) > 0 || st.changing[key] > 0 {
 		return nfs4.Stateid{}, false
 	}
 	for _, o := range f.opens {
@@ -112,6 +113,28 @@ func (st *State) GrantWrite(cl *Client, key string) (nfs4.Stateid, bool) {
 		}
 	}
 	return st.addDelegLocked(cl, f, true), true
+}
+
+// BeginChange marks the file key as being changed by a call whose
+// conflicting delegations are gone (recalled and returned, or none): until
+// its EndChange no delegation of the file is granted. One granted between
+// the recall and the change would outlive the change unrecalled: an OPEN
+// by another client between a RENAME's recall of the file it replaces and
+// the rename got a delegation of a file with no name left, and answered
+// that client's later opens of the name from it.
+func (st *State) BeginChange(key string) {
+	st.mu.Lock()
+	st.changing[key]++
+	st.mu.Unlock()
+}
+
+// EndChange ends a BeginChange.
+func (st *State) EndChange(key string) {
+	st.mu.Lock()
+	if st.changing[key]--; st.changing[key] <= 0 {
+		delete(st.changing, key)
+	}
+	st.mu.Unlock()
 }
 
 func (st *State) addDelegLocked(cl *Client, f *File, write bool) nfs4.Stateid {

@@ -76,6 +76,9 @@ type State struct {
 	sessions map[nfs4.SessionID]*Session
 	files    map[string]*File
 	stateids map[[nfs4.OtherSize]byte]stateRec
+	// changing counts the calls changing each file whose conflicting
+	// delegations are gone (BeginChange): none is granted meanwhile.
+	changing map[string]int
 	delegs   atomic.Int64 // delegations held (not revoked); read without the lock
 	// childDelegs: those of them that are directory delegations covering
 	// their entries' attributes (dirdeleg.go).
@@ -104,6 +107,7 @@ func New(cfg Config) (*State, error) {
 		sessions: make(map[nfs4.SessionID]*Session),
 		files:    make(map[string]*File),
 		stateids: make(map[[nfs4.OtherSize]byte]stateRec),
+		changing: make(map[string]int),
 	}
 	if st.now == nil {
 		st.now = time.Now

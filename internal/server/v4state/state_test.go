@@ -230,3 +230,36 @@ func TestExpiryWritesRecordsOnce(t *testing.T) {
 		t.Fatalf("restart after every client expired: %v, in grace %v", err, st.InGrace())
 	}
 }
+
+// A file being changed (its conflicting delegations gone, the change not
+// yet made) gets no new delegation: one granted in between would outlive
+// the change unrecalled.
+func TestNoDelegationWhileChanging(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	st, err := New(Config{Now: c.now, Lease: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, as := confirmed(t, st, "a")
+	as.back = &ConnRef{ID: 1, Done: make(chan struct{})} // a back channel that answered
+	st.SetBackChannelOK(as, true)
+	if _, s := st.Open(a, &OpenArgs{Owner: []byte("o"), FileKey: "f", Access: nfs4.ShareAccessRead}); s != nfs4.OK {
+		t.Fatal(s)
+	}
+	st.BeginChange("f")
+	st.BeginChange("f") // two changes at once: both must end
+	if _, ok := st.GrantRead(a, "f"); ok {
+		t.Fatal("read delegation granted while the file is being changed")
+	}
+	if _, ok := st.GrantWrite(a, "f"); ok {
+		t.Fatal("write delegation granted while the file is being changed")
+	}
+	st.EndChange("f")
+	if _, ok := st.GrantRead(a, "f"); ok {
+		t.Fatal("read delegation granted while one change is still under way")
+	}
+	st.EndChange("f")
+	if _, ok := st.GrantRead(a, "f"); !ok {
+		t.Fatal("no read delegation once the changes were made")
+	}
+}
