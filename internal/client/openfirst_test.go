@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -133,5 +134,71 @@ func TestDataGenMovesWithEveryVersion(t *testing.T) {
 		if n.dataGen == gen {
 			t.Errorf("data valid %v: another version left the data generation at %d", valid, gen)
 		}
+	}
+}
+
+// TestOpenOfRenamedOverFile: a file renamed over on the server while a
+// descriptor of it is open here. An open() through the name the kernel
+// cached reaches the old file, which the server keeps for that
+// descriptor: the open fails ESTALE (the kernel then looks the name up
+// again) instead of reading the old file, and the name leads to the new
+// one; the descriptor still reads what it opened.
+func TestOpenOfRenamedOverFile(t *testing.T) {
+	ts := startServer(t)
+	path := filepath.Join(ts.dir, "f")
+	if err := os.WriteFile(path, []byte("old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs := ts.mount(t, "vers=4.1")
+	ctx := ctxT(t)
+	e, err := fs.Lookup(ctx, root, RootID, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _, err := fs.Open(ctx, root, e.Node, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Release(ctx, held)
+	if err := os.WriteFile(path+".tmp", []byte("new\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+	read := func(fh uint64) string {
+		t.Helper()
+		buf := make([]byte, 64)
+		n, err := fs.Read(ctx, root, fh, 0, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(buf[:n])
+	}
+	if fh, _, err := fs.Open(ctx, root, e.Node, syscall.O_RDONLY); !errors.Is(err, syscall.ESTALE) {
+		if err == nil {
+			t.Errorf("open of the renamed-over file through its old name: read %q, want ESTALE", read(fh))
+			fs.Release(ctx, fh)
+		} else {
+			t.Errorf("open of the renamed-over file through its old name: %v, want ESTALE", err)
+		}
+	}
+	e2, err := fs.Lookup(ctx, root, RootID, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e2.Node == e.Node {
+		t.Fatal("the name still leads to the renamed-over file")
+	}
+	fh, _, err := fs.Open(ctx, root, e2.Node, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Release(ctx, fh)
+	if got := read(fh); got != "new\n" {
+		t.Errorf("through the name looked up again: %q, want the new file's", got)
+	}
+	if got := read(held); got != "old\n" {
+		t.Errorf("the descriptor held: %q, want what it opened", got)
 	}
 }

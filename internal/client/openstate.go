@@ -144,6 +144,17 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 			fs.openFailed(n, gen)
 		}
 	}()
+	// A file shown with no name left (removed or renamed over elsewhere)
+	// is reached by a name the kernel cached before: whatever we hold of
+	// it (a delegation, another descriptor's open), the name now leads
+	// elsewhere, and the kernel looks it up again (ESTALE).
+	n.mu.Lock()
+	nameless := n.attr.Type == proto.TypeReg && n.attr.Nlink == 0
+	n.mu.Unlock()
+	if nameless {
+		fs.nodes.markStale(n) // no cached name leads to it again
+		return 0, nil, syscall.ESTALE
+	}
 	share = shareOf(flags)
 	want := accessWant(n, accessForOpen(flags))
 	var (
@@ -220,6 +231,9 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 		}
 		return 0, nil, syscall.ESTALE
 	}
+	// With descriptors of it open here the file's state stays, and so
+	// does this OPEN's (the same open stateid): only the open() fails.
+	nameless = res.Attr.Present && res.Attr.Attr.Nlink == 0
 	if res.HasData && res.Attr.Present {
 		// The data is the version the OPEN's attributes describe. Kept only
 		// if those are the node's now: a reply refused as older than what
@@ -240,7 +254,10 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 	if res.Deleg.Type != proto.DelegNone {
 		fs.keepDeleg(n, c, res.Deleg)
 	}
-	if res.Granted {
+	if nameless {
+		fs.nodes.markStale(n)
+		err = syscall.ESTALE
+	} else if res.Granted {
 		fs.storeAccess(n, c, res.Access, at)
 		if res.Access&want == want {
 			return share, first, nil
