@@ -69,6 +69,7 @@ type recallRun struct {
 	failed  int
 	report  strings.Builder
 	metrics string // the server's metrics address
+	export  string // the exported directory, on the server's disk
 }
 
 func (r *recallRun) problem(format string, args ...any) {
@@ -138,6 +139,7 @@ func (r *recallRun) run(t *harness.Program) {
 		t.Fatalf("work directory: %v", err)
 	}
 	export := filepath.Join(work, "export")
+	r.export = export
 	mnts := []string{filepath.Join(work, "a"), filepath.Join(work, "b")}
 	t.Cleanup(func() {
 		for _, m := range mnts {
@@ -155,7 +157,7 @@ func (r *recallRun) run(t *harness.Program) {
 	}
 	// Every file starts as version 1, made before anyone mounts.
 	for _, f := range r.model.files {
-		v := f.beginWrite()
+		v := f.beginWrite(time.Now())
 		content := line(f, v, "init", 0)
 		err := os.WriteFile(filepath.Join(export, f.name), []byte(content), 0o644)
 		f.endWrite(v, content, "init", err == nil, time.Now())
@@ -287,7 +289,7 @@ func (r *recallRun) op(a *recallActor, w int, f *fileModel, kind string, rng *ra
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	v := f.beginWrite()
+	v := f.beginWrite(time.Now())
 	_, old := f.current()
 	var content string
 	err := func() error {
@@ -321,6 +323,17 @@ func (r *recallRun) op(a *recallActor, w int, f *fileModel, kind string, rng *ra
 	f.endWrite(v, content, a.name+" "+kind, err == nil, time.Now())
 	if err != nil {
 		return fmt.Errorf("version %d: %w", v, err)
+	}
+	if a.dir != r.export && kind == "rewrite" && f.afterLocalRename(v) {
+		// Made right after a local rename over the file: it may have gone
+		// to the file the rename replaced. The server's disk tells (a
+		// write delegation's data is written back when this local open
+		// breaks its lease), while this writer still holds the file.
+		got, err := os.ReadFile(filepath.Join(r.export, f.name))
+		if err != nil {
+			return fmt.Errorf("version %d: reading it on the server's disk: %w", v, err)
+		}
+		f.settleRewrite(v, string(got) == content)
 	}
 	return nil
 }
@@ -386,16 +399,20 @@ func (r *recallRun) finalCheck(export string, mnts []string) {
 		}
 	}
 	r.logf("final check: %d files × (disk, client A, client B): %d mismatches", len(r.model.files), bad)
-	late, lag, races := 0, time.Duration(0), 0
+	late, lag, races, lost, lostReads := 0, time.Duration(0), 0, 0, 0
 	for _, f := range r.model.files {
 		f.stateMu.Lock()
 		races += f.renameErrs
+		lost += f.lostCount
+		lostReads += f.lostWrites
 		late += f.lateReads
 		lag = max(lag, f.maxLag)
 		f.stateMu.Unlock()
 	}
 	r.logf("reads of the file a local rename had just replaced (allowed within %v: the server sees it only after): %d, longest after the rename %s",
 		localRenameWindow, late, benchfmt.Secs(lag))
+	r.logf("client rewrites begun within %v after a local rename over the file that went to the file it replaced (found on the server's disk; the server hears of a local rename only after it): %d, reads that then saw the version before: %d",
+		localRenameWindow, lost, lostReads)
 	r.logf("opens failed with ESTALE or ENOENT racing a rename over the file (a silly rename hides it; a name cached before a rename is STALE, and the kernel's one retry met the next rename): %d", races)
 }
 

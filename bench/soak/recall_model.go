@@ -25,6 +25,7 @@ type fileModel struct {
 	versions map[int]string
 	by       map[int]string    // who made each version, how
 	at       map[int]time.Time // when its close (or rename) returned
+	began    map[int]time.Time // when its write began
 	// Reads that saw the version before a local rename, within
 	// localRenameWindow after it (see checkRead), and the longest lag.
 	lateReads int
@@ -32,6 +33,11 @@ type fileModel struct {
 	// Opens and chmods failed with ESTALE or ENOENT while the file was being renamed
 	// over, or right after (see renamedLocked).
 	renameErrs int
+	// Reads that saw a version older than a client's rewrite made right
+	// after a local rename (see lostToRenameLocked), and such rewrites.
+	lostWrites int
+	lostCount  int
+	lost       map[int]bool // versions that went to a file renamed over
 	latest     int       // the newest version whose close returned
 	doneAt     time.Time // when it returned
 	writing    int       // writes started and not finished
@@ -47,7 +53,8 @@ type recallModel struct {
 func newRecallModel(n int) *recallModel {
 	m := &recallModel{}
 	for i := range n {
-		m.files = append(m.files, &fileModel{name: fmt.Sprintf("f%03d", i), versions: map[int]string{}, by: map[int]string{}, at: map[int]time.Time{}})
+		m.files = append(m.files, &fileModel{name: fmt.Sprintf("f%03d", i), versions: map[int]string{}, by: map[int]string{},
+			at: map[int]time.Time{}, began: map[int]time.Time{}, lost: map[int]bool{}})
 	}
 	return m
 }
@@ -58,13 +65,14 @@ func line(f *fileModel, v int, actor string, k int) string {
 	return fmt.Sprintf("%s v%d %s %s\n", f.name, v, actor, pad)
 }
 
-// beginWrite starts a write of f (f.mu held): it returns the version it
-// makes.
-func (f *fileModel) beginWrite() int {
+// beginWrite starts a write of f (f.mu held) at now: it returns the
+// version it makes.
+func (f *fileModel) beginWrite(now time.Time) int {
 	f.stateMu.Lock()
 	defer f.stateMu.Unlock()
 	f.writing++
 	f.started++
+	f.began[f.latest+1] = now
 	return f.latest + 1
 }
 
@@ -83,14 +91,21 @@ func (f *fileModel) endWrite(v int, content, by string, ok bool, now time.Time) 
 		delete(f.versions, v-64) // readers' floors are never that old
 		delete(f.by, v-64)
 		delete(f.at, v-64)
+		delete(f.began, v-64)
+		delete(f.lost, v-64)
 	}
 }
 
-// current returns the latest version's content.
+// current returns the latest version's content: of the latest that did
+// not go to a file renamed over (settleRewrite).
 func (f *fileModel) current() (int, string) {
 	f.stateMu.Lock()
 	defer f.stateMu.Unlock()
-	return f.latest, f.versions[f.latest]
+	v := f.latest
+	for v > 0 && f.lost[v] {
+		v--
+	}
+	return v, f.versions[v]
 }
 
 // readStart is what a reader notes before its open().
@@ -164,19 +179,70 @@ const localRenameWindow = time.Second
 
 // localRenamesLocked reports whether every version after v up to the
 // reader's floor was a local rename within localRenameWindow before the
-// read began, and counts the read as late if so.
+// read began, or a client's rewrite that may have gone to the file such a
+// rename replaced (lostToRenameLocked), and counts the read as late if so.
 //
 // LOCKS_REQUIRED(f.stateMu)
 func (f *fileModel) localRenamesLocked(v int, rs readStart) bool {
+	renamed := false
 	for w := v + 1; w <= rs.floor; w++ {
+		if f.lostToRenameLocked(w) {
+			continue
+		}
 		at, ok := f.at[w]
 		if !ok || f.by[w] != "local rename" || rs.at.Sub(at) > localRenameWindow {
 			return false
 		}
+		renamed = true
 	}
-	f.lateReads++
-	f.maxLag = max(f.maxLag, rs.at.Sub(f.at[v+1]))
+	if renamed {
+		f.lateReads++
+		f.maxLag = max(f.maxLag, rs.at.Sub(f.at[v+1]))
+	} else {
+		f.lostWrites++
+	}
 	return true
+}
+
+// lostToRenameLocked reports whether version w is a client's rewrite
+// found gone to the file a local rename had just replaced (settleRewrite).
+//
+// LOCKS_REQUIRED(f.stateMu)
+func (f *fileModel) lostToRenameLocked(w int) bool { return f.lost[w] }
+
+// afterLocalRename reports whether the write of version w began within
+// localRenameWindow after a local rename over the file returned: the
+// writer's open may have reached the file the rename replaced (its cached
+// name, or its delegation of that file, still led there; the server hears
+// of a local rename only after it).
+func (f *fileModel) afterLocalRename(w int) bool {
+	f.stateMu.Lock()
+	defer f.stateMu.Unlock()
+	began, ok := f.began[w]
+	for u := w - 1; ok && u > 0; u-- {
+		at, known := f.at[u]
+		if !known || began.Sub(at) > localRenameWindow {
+			return false
+		}
+		if f.by[u] == "local rename" {
+			return true
+		}
+	}
+	return false
+}
+
+// settleRewrite records whether version w, made right after a local
+// rename (afterLocalRename), reached the file's name on the server's disk.
+// If not it went to the file without a name: the version before it stays
+// the file's, and readers seeing that are not stale; as of now the model
+// takes that content back as the file's (current).
+func (f *fileModel) settleRewrite(w int, landed bool) {
+	f.stateMu.Lock()
+	defer f.stateMu.Unlock()
+	if !landed {
+		f.lost[w] = true
+		f.lostCount++
+	}
 }
 
 // renameRace reports whether an open (or chmod) that began at rs and
