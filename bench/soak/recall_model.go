@@ -38,10 +38,10 @@ type fileModel struct {
 	lostWrites int
 	lostCount  int
 	lost       map[int]bool // versions that went to a file renamed over
-	latest     int       // the newest version whose close returned
-	doneAt     time.Time // when it returned
-	writing    int       // writes started and not finished
-	started    int       // writes started, ever
+	latest     int          // the newest version whose close returned
+	doneAt     time.Time    // when it returned
+	writing    int          // writes started and not finished
+	started    int          // writes started, ever
 	name       string
 }
 
