@@ -84,6 +84,9 @@ type Server struct {
 	rc atomic.Pointer[reclaimerHolder]
 	// space is what the mount's COMPOUND said of the space (statfs.go).
 	space spaceCache
+	// rootList is the root's listing the mount's COMPOUND brought
+	// (rootlist.go).
+	rootList rootList
 
 	creds rpc.SysCreds // encoded AUTH_SYS per identity
 }
@@ -301,10 +304,14 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 	}
 	if len(lead)+len(trail) > 0 || !session.Idempotent(ops) {
 		s.space.forget() // it may change what statfs reports
+		s.rootList.forget()
 	}
 	r := &reply{ops: all}
 	start := s.now()
 	err := s.sess.Compound(ctx, s.auth(c), all, &r.res)
+	if err == nil {
+		illegalInPlace(all, &r.res)
+	}
 	if err == nil && r.res.Status == nfs4.OK && len(r.res.Ops) != len(all) {
 		err = errShort
 	}
@@ -367,6 +374,19 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 		r.ops = r.ops[:k]
 	}
 	return r, nil
+}
+
+// illegalInPlace takes a server's OP_ILLEGAL result (an operation it does
+// not know: ganesha's answer to GET_DIR_DELEGATION) as the failure of the
+// operation sent in its place: it ends the results, and those before it
+// are the answer of the operations before it (RFC 8881 §15.2: results up
+// to and including the one that failed). Its status stays OP_ILLEGAL.
+func illegalInPlace(all []nfs4.Argop, res *session.Result) {
+	n := len(res.Ops)
+	if res.Status == nfs4.OK || n == 0 || n > len(all) || res.Ops[n-1].Op != nfs4.OpIllegal || res.Ops[n-1].Res == nil {
+		return
+	}
+	res.Ops[n-1] = nfs4.Resop{Op: all[n-1].Op, Res: &nfs4.StatusRes{Status: res.Ops[n-1].Res.OpStatus()}}
 }
 
 // foldable reports whether queued CLOSEs may ride after ops: their reply
