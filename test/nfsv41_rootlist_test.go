@@ -124,3 +124,68 @@ func TestNFSv41RootListFromMount(t *testing.T) {
 	expect("the root a second after the mount", list(srv4, c, exp4.Root), ".", "..", "a", "b", "c", "d", "f")
 	expect("COMPOUNDs a second after the mount", log.take(), "READDIRPLUS: PUTFH READDIR GETATTR")
 }
+
+// TestNFSv41RootDelegFromMount: against `hushfs serve`, which grants
+// directory delegations, the mount's COMPOUND is granted the root's and
+// the core keeps it (no DELEGRETURN, no second GET_DIR_DELEGATION): the
+// root's first listing is one READDIRPLUS (not answered from the mount's
+// page, which is older than the grant), a listing past the attributes'
+// lifetime costs nothing, and a file created on the server's host shows
+// in the next listing (the server recalls or notifies: the delegation is
+// real). Before, the mount asked nothing; with the probe's delegation
+// given back at once, the mount cost a DELEGRETURN.
+func TestNFSv41RootDelegFromMount(t *testing.T) {
+	requireMountTools(t)
+	bin := harness.BuildHushfs(t)
+	export := t.TempDir()
+	for _, name := range []string{"a", "b"} {
+		must(t, "create", os.WriteFile(filepath.Join(export, name), []byte("x"), 0o644))
+	}
+	metrics := freeAddr(t)
+	s := harness.StartServe(t, export, "--metrics", metrics)
+	m, dir := serveV41Opts(t, bin, s, "actimeo=1")
+	s0 := m.Stats(t)
+	if n := s0.Ops["DELEGRETURN"].Ops; n != 0 {
+		t.Errorf("mount: %d DELEGRETURN, want none (the root's delegation kept)", n)
+	}
+	if n := serverOps(t, metrics, "GET_DIR_DELEGATION"); n != 1 {
+		t.Errorf("server: %d GET_DIR_DELEGATION after the mount, want 1 (the mount's)", n)
+	}
+	// Nothing reads the exported directory on the host (its atime).
+	names := func(what string) []string {
+		t.Helper()
+		ents, err := os.ReadDir(dir)
+		must(t, what, err)
+		var out []string
+		for _, e := range ents {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	if got := names("the root's first listing"); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("the root's first listing: %q, want a, b", got)
+	}
+	expectCounts(t, "the root's first listing", delta(s0, m.Stats(t)), map[string]uint64{"READDIRPLUS": 1})
+	if n := serverOps(t, metrics, "GET_DIR_DELEGATION"); n != 1 {
+		t.Errorf("server: %d GET_DIR_DELEGATION after the first listing, want 1 (held since the mount)", n)
+	}
+	time.Sleep(1500 * time.Millisecond) // past actimeo=1
+	s1 := m.Stats(t)
+	if got := names("the root past its attributes' lifetime"); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("the root past its attributes' lifetime: %q, want a, b", got)
+	}
+	expectCounts(t, "the root past its attributes' lifetime, delegated", delta(s1, m.Stats(t)), nil)
+
+	must(t, "create on the host", os.WriteFile(filepath.Join(export, "host1"), []byte("h"), 0o644))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if slices.Contains(names("list the root"), "host1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the host's new file not listed 10 s later: the root's delegation was not honoured")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	must(t, "unmount", m.Unmount(false))
+}
