@@ -296,7 +296,8 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 		}
 	}
 	// Read-ahead listings ride last (riderq.go).
-	riders := s.takeRiders(c, all, len(lead)+len(trail) > 0 || !session.Idempotent(ops))
+	cached := len(lead)+len(trail) > 0 || !session.Idempotent(ops)
+	riders := s.takeRiders(c, all, cached)
 	riderAt := len(all)
 	if len(riders) > 0 {
 		all = slices.Clip(all)
@@ -310,6 +311,12 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 	}
 	r := &reply{ops: all}
 	start := s.now()
+	if s.rq != nil && len(riders) < maxRidersPerCompound && s.carrierRoom(all, cached) {
+		// A rider queued meanwhile waits for our caller's next one.
+		ck := credKey(c)
+		s.rq.carrierSent(ck)
+		defer s.rq.carrierDone(ck)
+	}
 	err := s.sess.Compound(ctx, s.auth(c), all, &r.res)
 	if err == nil {
 		illegalInPlace(all, &r.res)
