@@ -229,26 +229,6 @@ func (fs *FS) keepDirDeleg(dir *inode, c *Cred, d proto.DirDelegation, at time.T
 	}
 }
 
-// takeRootDirDeleg keeps the root's delegation the mount's calls brought
-// (granted to c, vouching for what was fetched after exp.RootDirDelegAt),
-// or gives it back if this mount does not hold directory delegations.
-func (fs *FS) takeRootDirDeleg(ctx context.Context, c *Cred, exp *proto.Export) {
-	d := exp.RootDirDeleg
-	if !d.Granted {
-		return
-	}
-	root := fs.nodes.get(RootID)
-	if fs.wantDirDeleg(root) {
-		fs.keepDirDeleg(root, c, d, exp.RootDirDelegAt)
-		return
-	}
-	if del, ok := fs.srv.(proto.Delegator); ok {
-		if err := del.ReturnDelegation(ctx, c, exp.Root, d.State); err != nil {
-			fs.logf("hushfs: giving back the root's directory delegation from the mount: %v", err)
-		}
-	}
-}
-
 // oldestDirDelegLocked marks the directory delegation unused longest
 // returning and returns it.
 //

@@ -159,7 +159,6 @@ func Mount(ctx context.Context, cfg Config) (*FS, error) {
 	fs.wb = newWriteback(fs)
 	fs.initDelegs(srv) // after life: the idle sweeper runs under it
 	fs.initReclaim(srv)
-	fs.takeRootDirDeleg(ctx, &self, &exp)
 	return fs, nil
 }
 

@@ -74,11 +74,6 @@ type Export struct {
 	MaxFileSize          uint64 // 0: no limit given
 	NameMax              uint32 // longest name the server takes; 0: unknown
 	Limits               Limits
-	// RootDirDeleg is a delegation of the root the mount's calls were
-	// granted (NFSv4.1), vouching for what is fetched after
-	// RootDirDelegAt; the core keeps it or gives it back.
-	RootDirDeleg   DirDelegation
-	RootDirDelegAt time.Time
 }
 
 // SpaceKnower is a server that may know a file system's space without a

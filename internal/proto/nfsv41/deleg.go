@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"hushfs/internal/nfs4"
@@ -22,52 +21,9 @@ var _ proto.Delegator = (*Server)(nil)
 type cbHolder struct{ cb proto.Callbacks }
 
 // SetCallbacks installs the core's answers to the server's callbacks.
-// Until then no delegation is asked for but the root's by the mount's
-// COMPOUND (rootlist.go), which the core takes after this: a CB_RECALL
-// before is kept and handed to the core here (for a delegation it does
-// not hold yet, the core returns it when it gets it).
-func (s *Server) SetCallbacks(cb proto.Callbacks) {
-	s.early.mu.Lock()
-	s.cb.Store(&cbHolder{cb})
-	recalls := s.early.recalls
-	s.early.recalls = nil
-	s.early.mu.Unlock()
-	for _, a := range recalls {
-		cb.Recall(a.fh, a.st, a.truncate)
-	}
-}
-
-// earlyRecalls are the CB_RECALLs that came before SetCallbacks.
-type earlyRecalls struct {
-	mu      sync.Mutex
-	recalls []earlyRecall // GUARDED_BY(mu)
-}
-
-type earlyRecall struct {
-	fh       proto.FH
-	st       proto.StateID
-	truncate bool
-}
-
-// maxEarlyRecalls bounds the recalls kept before SetCallbacks: we hold
-// one delegation at most until then.
-const maxEarlyRecalls = 8
-
-// keepEarly keeps a recall for the core, unless it has taken callbacks
-// meanwhile (false).
-func (s *Server) keepEarly(a *nfs4.CBRecallArgs) bool {
-	s.early.mu.Lock()
-	defer s.early.mu.Unlock()
-	if s.callbacks() != nil {
-		return false
-	}
-	if len(s.early.recalls) >= maxEarlyRecalls {
-		return true // only the mount's one can be ours
-	}
-	s.early.recalls = append(s.early.recalls, earlyRecall{fh: proto.FH(append([]byte(nil), a.FH...)),
-		st: stateOf(a.Stateid), truncate: a.Truncate})
-	return true
-}
+// Until then no delegation is asked for, and a CB_RECALL is answered as
+// for a delegation we do not hold.
+func (s *Server) SetCallbacks(cb proto.Callbacks) { s.cb.Store(&cbHolder{cb}) }
 
 func (s *Server) callbacks() proto.Callbacks {
 	if h := s.cb.Load(); h != nil {
@@ -97,13 +53,7 @@ func (s *Server) callback(_ context.Context, _ *nfs4.CBSequenceArgs, op nfs4.CBA
 		return nil
 	}
 	a, ok := op.Args.(*nfs4.CBRecallArgs)
-	if !ok {
-		return &nfs4.StatusRes{Status: nfs4.ErrBadHandle}
-	}
-	if cb == nil && s.keepEarly(a) {
-		return &nfs4.StatusRes{Status: nfs4.OK}
-	}
-	if cb = s.callbacks(); cb == nil {
+	if !ok || cb == nil {
 		return &nfs4.StatusRes{Status: nfs4.ErrBadHandle}
 	}
 	cb.Recall(proto.FH(append([]byte(nil), a.FH...)), stateOf(a.Stateid), a.Truncate)

@@ -76,8 +76,6 @@ type Server struct {
 	rq *riderQueue
 	// cb are the core's answers to callbacks (deleg.go).
 	cb atomic.Pointer[cbHolder]
-	// early are the recalls before cb was set (deleg.go).
-	early earlyRecalls
 	// noDirDeleg: the server failed a GET_DIR_DELEGATION: not asked again
 	// (dirdeleg.go).
 	noDirDeleg atomic.Bool

@@ -49,7 +49,6 @@ func (s *Server) walkExport(ctx context.Context, c *proto.Cred, path string) (pr
 	if err != nil {
 		return proto.Export{}, err
 	}
-	got := s.now()
 	if r.res.Status != nfs4.OK && len(r.res.Ops) <= n {
 		failed := len(r.res.Ops) - 1
 		what := "the root"
@@ -83,7 +82,7 @@ func (s *Server) walkExport(ctx context.Context, c *proto.Cred, path string) (pr
 	}
 	if len(extra) > 0 {
 		s.root = exp.Root
-		s.keepRootList(c, &exp, r, n, wantDeleg, at, got)
+		s.keepRootList(ctx, c, exp.Root, r, n, wantDeleg, at)
 	}
 	return exp, nil
 }

@@ -2,6 +2,7 @@ package nfsv41
 
 import (
 	"bytes"
+	"context"
 	"sync"
 	"time"
 
@@ -30,16 +31,11 @@ import (
 // with an error (ganesha 4.3: OP_ILLEGAL in its place), which stops
 // nothing after it, and no listing of this mount asks again; before, the
 // first listing asked, failed at it and went again without (the root
-// listed twice). It is last, after the READDIR and GETATTR, so what it
-// grants does not cover them (a change between them and the grant is no
-// recall): a delegation granted there goes to the core with the mount
-// (proto.Export.RootDirDeleg), vouching only for what is fetched after
-// its reply arrived, and the page is dropped (the core's first listing
-// of the root, under the delegation, is read from the server and
-// covered). A recall arriving before the core takes callbacks is kept
-// for it (deleg.go). The listing is answered from the mount only to a
-// listing that does not ask for a delegation of a server that grants
-// them.
+// listed twice). It is last, after the READDIR, so what it grants would
+// not cover the listing (a change between the two is no recall), and the
+// core cannot hold it yet (no callbacks before the mount is done): a
+// delegation granted there is given back at once, and the listing is
+// answered from the mount only to a listing that does not ask for one.
 
 // rootListKeep bounds how long the root's listing from the mount is good.
 const rootListKeep = spaceKeep
@@ -76,22 +72,20 @@ func (s *Server) rootListOps(walk int) (ops []nfs4.Argop, want bool) {
 }
 
 // keepRootList takes the results of rootListOps, from result at of r (the
-// mount's COMPOUND, sent at sent by c's credential, its reply taken at
-// got): the listing is kept if it succeeded and no delegation came;
-// what GET_DIR_DELEGATION answered settles whether later listings ask,
-// and what it granted goes into exp.
-func (s *Server) keepRootList(c *proto.Cred, exp *proto.Export, r *reply, at int, want bool, sent, got time.Time) {
+// mount's COMPOUND, sent at sent by c's credential): the listing is kept
+// if it succeeded; what GET_DIR_DELEGATION answered settles whether later
+// listings ask, and a delegation it granted is given back.
+func (s *Server) keepRootList(ctx context.Context, c *proto.Cred, root proto.FH, r *reply, at int, want bool, sent time.Time) {
 	if want {
 		switch g, ok := r.at(at + 2).(*nfs4.GetDirDelegationRes); {
 		case ok && g.Status == nfs4.OK:
 			s.dirDelegOK.Store(true)
 			if g.NonFatal == nfs4.GDD4OK {
-				entries := g.Notification.Has(nfs4.NotifyAddEntry) && g.Notification.Has(nfs4.NotifyRemoveEntry)
-				exp.RootDirDeleg = proto.DirDelegation{Granted: true, State: stateOf(g.Stateid),
-					ChildAttrs: g.Notification.Has(nfs4.NotifyChangeChildAttrs), Entries: entries,
-					DirAttrs: entries && g.Notification.Has(nfs4.NotifyChangeDirAttrs)}
-				exp.RootDirDelegAt = got
-				return // the page is older than the grant: not kept
+				// Not wanted here (above): given back, a failure logged
+				// (the server drops it at the lease's end).
+				if err := s.ReturnDelegation(ctx, c, root, stateOf(g.Stateid)); err != nil {
+					s.logf("hushfs: NFSv4.1 DELEGRETURN of the root's directory delegation from the mount: %v", err)
+				}
 			}
 		case r.at(at+2) != nil:
 			// It failed: the server does not do them.
