@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -123,4 +124,73 @@ func TestNFSv41RootListFromMount(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 	expect("the root a second after the mount", list(srv4, c, exp4.Root), ".", "..", "a", "b", "c", "d", "f")
 	expect("COMPOUNDs a second after the mount", log.take(), "READDIRPLUS: PUTFH READDIR GETATTR")
+}
+
+// TestNFSv41RootListServe: against `hushfs serve`, which grants
+// directory delegations, the mount's probe is granted the root's, which
+// is given back at once (the core takes callbacks only after the mount,
+// and it would not cover the listing before it); otherwise the mount is
+// as before: the root's first listing asks for its delegation (not
+// answered from the mount's page), holds it (a listing past the
+// attributes' lifetime costs nothing), a file created on the server's
+// host shows, and statfs right after the mount is still answered from it
+// (the DELEGRETURN changes nothing).
+func TestNFSv41RootListServe(t *testing.T) {
+	requireMountTools(t)
+	bin := harness.BuildHushfs(t)
+	export := t.TempDir()
+	for _, name := range []string{"a", "b"} {
+		must(t, "create", os.WriteFile(filepath.Join(export, name), []byte("x"), 0o644))
+	}
+	metrics := freeAddr(t)
+	s := harness.StartServe(t, export, "--metrics", metrics)
+	m, dir := serveV41Opts(t, bin, s, "actimeo=1")
+	mounted := time.Now()
+	s0 := m.Stats(t)
+	var st syscall.Statfs_t
+	must(t, "statfs", syscall.Statfs(dir, &st))
+	if n := delta(s0, m.Stats(t)).Ops["FSSTAT"].Ops; n != 0 && time.Since(mounted) < 500*time.Millisecond {
+		t.Errorf("statfs right after the mount: %d FSSTAT, want none", n)
+	}
+	if n := s0.Ops["DELEGRETURN"].Ops; n != 1 {
+		t.Errorf("mount: %d DELEGRETURN, want 1 (the probe's delegation given back)", n)
+	}
+	if n := serverOps(t, metrics, "GET_DIR_DELEGATION"); n != 1 {
+		t.Errorf("server: %d GET_DIR_DELEGATION after the mount, want 1 (the probe)", n)
+	}
+	// Nothing reads the exported directory on the host (its atime).
+	names := func(what string) []string {
+		t.Helper()
+		ents, err := os.ReadDir(dir)
+		must(t, what, err)
+		var out []string
+		for _, e := range ents {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	s1 := m.Stats(t)
+	if got := names("the root's first listing"); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("the root's first listing: %q, want a, b", got)
+	}
+	expectCounts(t, "the root's first listing", delta(s1, m.Stats(t)), map[string]uint64{"READDIRPLUS": 1})
+	if n := serverOps(t, metrics, "GET_DIR_DELEGATION"); n != 2 {
+		t.Errorf("server: %d GET_DIR_DELEGATION after the first listing, want 2 (the listing asks)", n)
+	}
+	time.Sleep(1500 * time.Millisecond) // past actimeo=1
+	s2 := m.Stats(t)
+	if got := names("the root past its attributes' lifetime"); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("the root past its attributes' lifetime: %q, want a, b", got)
+	}
+	expectCounts(t, "the root past its attributes' lifetime, delegated", delta(s2, m.Stats(t)), nil)
+
+	must(t, "create on the host", os.WriteFile(filepath.Join(export, "host1"), []byte("h"), 0o644))
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Contains(names("list the root"), "host1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the host's new file not listed 10 s later")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	must(t, "unmount", m.Unmount(false))
 }

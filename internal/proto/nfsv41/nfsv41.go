@@ -303,7 +303,7 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 			all = append(all, rd.ops...)
 		}
 	}
-	if len(lead)+len(trail) > 0 || !session.Idempotent(ops) {
+	if len(lead)+len(trail) > 0 || !session.Idempotent(ops) && !returnOnly(ops) {
 		s.space.forget() // it may change what statfs reports
 		s.rootList.forget()
 	}
@@ -381,6 +381,17 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 		r.ops = r.ops[:k]
 	}
 	return r, nil
+}
+
+// returnOnly reports whether ops give a delegation back and change
+// nothing (a write delegation's data went before, in WRITEs).
+func returnOnly(ops []nfs4.Argop) bool {
+	for i := range ops {
+		if op := ops[i].Op; op != nfs4.OpPutFH && op != nfs4.OpDelegReturn {
+			return false
+		}
+	}
+	return true
 }
 
 // illegalInPlace takes a server's OP_ILLEGAL result (an operation it does

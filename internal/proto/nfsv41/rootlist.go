@@ -34,8 +34,12 @@ import (
 // listed twice). It is last, after the READDIR, so what it grants would
 // not cover the listing (a change between the two is no recall), and the
 // core cannot hold it yet (no callbacks before the mount is done): a
-// delegation granted there is given back at once, and the listing is
-// answered from the mount only to a listing that does not ask for one.
+// delegation granted there is given back at once (one COMPOUND more, only
+// against a server that grants them), and the mount is otherwise as if
+// it had not asked: its listings and directory GETATTRs ask as before
+// (holding the root's from the mount on, asked for or not, cost an idle
+// return and a watermark's place on every such mount), and the listing
+// is answered from the mount only to a listing that does not ask for one.
 
 // rootListKeep bounds how long the root's listing from the mount is good.
 const rootListKeep = spaceKeep
@@ -79,7 +83,6 @@ func (s *Server) keepRootList(ctx context.Context, c *proto.Cred, root proto.FH,
 	if want {
 		switch g, ok := r.at(at + 2).(*nfs4.GetDirDelegationRes); {
 		case ok && g.Status == nfs4.OK:
-			s.dirDelegOK.Store(true)
 			if g.NonFatal == nfs4.GDD4OK {
 				// Not wanted here (above): given back, a failure logged
 				// (the server drops it at the lease's end).
