@@ -2,7 +2,6 @@ package nfsv41
 
 import (
 	"context"
-	"errors"
 	"slices"
 
 	"hushfs/internal/nfs4"
@@ -24,7 +23,9 @@ import (
 //
 // A server without the operation fails the whole COMPOUND at it (an
 // error status, or ganesha's OP_ILLEGAL result in its place): the listing
-// is sent again without it, and this mount does not ask again.
+// is sent again without it, and this mount does not ask again. The
+// mount's own COMPOUND asks first (rootlist.go), last, where a failure
+// stops nothing: a server without them costs no listing twice.
 
 var _ proto.DirDelegator = (*Server)(nil)
 
@@ -83,13 +84,6 @@ func (s *Server) takeDirDeleg(r *reply) (d proto.DirDelegation, again bool) {
 func (s *Server) compoundDirDeleg(ctx context.Context, c *proto.Cred, proc string, a proto.ReadDirArgs, ops []nfs4.Argop) (*reply, proto.DirDelegation, error) {
 	all, want := s.withDirDeleg(a, ops)
 	r, err := s.compound(ctx, c, proc, all)
-	if want && errors.Is(err, errShort) {
-		// Answered as an operation it does not know (ganesha: OP_ILLEGAL
-		// in place of GET_DIR_DELEGATION): never asked again.
-		s.noDirDeleg.Store(true)
-		r, err = s.compound(ctx, c, proc, ops)
-		return r, proto.DirDelegation{}, err
-	}
 	if err != nil || !want {
 		return r, proto.DirDelegation{}, err
 	}

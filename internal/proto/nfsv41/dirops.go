@@ -286,7 +286,9 @@ func (s *Server) readDir(ctx context.Context, c *proto.Cred, proc string, a prot
 	var r *reply
 	var deleg proto.DirDelegation
 	var err error
-	if wanted, ahead := proto.AheadOf(ctx); ahead && s.rq != nil {
+	if r = s.takeRootList(c, a, args.MaxCount); r != nil {
+		// Answered by the mount's COMPOUND (rootlist.go).
+	} else if wanted, ahead := proto.AheadOf(ctx); ahead && s.rq != nil {
 		// A rider asks for no delegation (dirdeleg.go: the listing's own).
 		r, err = s.compoundAhead(ctx, c, proc, ops, args, wanted)
 	} else {

@@ -84,6 +84,9 @@ type Server struct {
 	rc atomic.Pointer[reclaimerHolder]
 	// space is what the mount's COMPOUND said of the space (statfs.go).
 	space spaceCache
+	// rootList is the root's listing the mount's COMPOUND brought
+	// (rootlist.go).
+	rootList rootList
 
 	creds rpc.SysCreds // encoded AUTH_SYS per identity
 }
@@ -291,7 +294,8 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 		}
 	}
 	// Read-ahead listings ride last (riderq.go).
-	riders := s.takeRiders(c, all, len(lead)+len(trail) > 0 || !session.Idempotent(ops))
+	cached := len(lead)+len(trail) > 0 || !session.Idempotent(ops)
+	riders := s.takeRiders(c, all, cached)
 	riderAt := len(all)
 	if len(riders) > 0 {
 		all = slices.Clip(all)
@@ -299,12 +303,22 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 			all = append(all, rd.ops...)
 		}
 	}
-	if len(lead)+len(trail) > 0 || !session.Idempotent(ops) {
+	if len(lead)+len(trail) > 0 || !session.Idempotent(ops) && !returnOnly(ops) {
 		s.space.forget() // it may change what statfs reports
+		s.rootList.forget()
 	}
 	r := &reply{ops: all}
 	start := s.now()
+	if s.rq != nil && len(riders) < maxRidersPerCompound && s.carrierRoom(all, cached) {
+		// A rider queued meanwhile waits for our caller's next one.
+		ck := credKey(c)
+		s.rq.carrierSent(ck)
+		defer s.rq.carrierDone(ck)
+	}
 	err := s.sess.Compound(ctx, s.auth(c), all, &r.res)
+	if err == nil {
+		illegalInPlace(all, &r.res)
+	}
 	if err == nil && r.res.Status == nfs4.OK && len(r.res.Ops) != len(all) {
 		err = errShort
 	}
@@ -367,6 +381,30 @@ func (s *Server) compoundOnce(ctx context.Context, c *proto.Cred, name string, l
 		r.ops = r.ops[:k]
 	}
 	return r, nil
+}
+
+// returnOnly reports whether ops give a delegation back and change
+// nothing (a write delegation's data went before, in WRITEs).
+func returnOnly(ops []nfs4.Argop) bool {
+	for i := range ops {
+		if op := ops[i].Op; op != nfs4.OpPutFH && op != nfs4.OpDelegReturn {
+			return false
+		}
+	}
+	return true
+}
+
+// illegalInPlace takes a server's OP_ILLEGAL result (an operation it does
+// not know: ganesha's answer to GET_DIR_DELEGATION) as the failure of the
+// operation sent in its place: it ends the results, and those before it
+// are the answer of the operations before it (RFC 8881 §15.2: results up
+// to and including the one that failed). Its status stays OP_ILLEGAL.
+func illegalInPlace(all []nfs4.Argop, res *session.Result) {
+	n := len(res.Ops)
+	if res.Status == nfs4.OK || n == 0 || n > len(all) || res.Ops[n-1].Op != nfs4.OpIllegal || res.Ops[n-1].Res == nil {
+		return
+	}
+	res.Ops[n-1] = nfs4.Resop{Op: all[n-1].Op, Res: &nfs4.StatusRes{Status: res.Ops[n-1].Res.OpStatus()}}
 }
 
 // foldable reports whether queued CLOSEs may ride after ops: their reply

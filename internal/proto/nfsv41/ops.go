@@ -3,6 +3,7 @@ package nfsv41
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"hushfs/internal/nfs4"
@@ -33,12 +34,22 @@ func (s *Server) walkExport(ctx context.Context, c *proto.Cred, path string) (pr
 	// The space attributes too: a statfs right after the mount needs no
 	// COMPOUND of its own (statfs.go).
 	ops = append(ops, nfs4.Argop{Op: nfs4.OpGetFH}, getattr(limitAttrs.Or(spaceAttrs)))
+	// And the root's first listing page and the directory delegation
+	// probe, which may fail without failing the mount (rootlist.go).
+	n := len(ops)
+	extra, wantDeleg := s.rootListOps(n)
 	at := s.now()
-	r, err := s.compound(ctx, c, "MOUNT", ops)
+	r, err := s.compound(ctx, c, "MOUNT", append(slices.Clip(ops), extra...))
+	if err == nil && len(extra) > 0 && r.res.Status != nfs4.OK && len(r.res.Ops) <= n {
+		// Failed in the walk: or did the extras make the reply too big?
+		// The walk alone says which.
+		r, err = s.compound(ctx, c, "MOUNT", ops)
+		extra = nil
+	}
 	if err != nil {
 		return proto.Export{}, err
 	}
-	if r.res.Status != nfs4.OK {
+	if r.res.Status != nfs4.OK && len(r.res.Ops) <= n {
 		failed := len(r.res.Ops) - 1
 		what := "the root"
 		if failed > 0 && failed < len(ops)-2 {
@@ -46,7 +57,6 @@ func (s *Server) walkExport(ctx context.Context, c *proto.Cred, path string) (pr
 		}
 		return proto.Export{}, fmt.Errorf("walking the path at %s: %w", what, statusErr(r.res.Status))
 	}
-	n := len(ops)
 	gfh, ok1 := r.at(n - 2).(*nfs4.GetFHRes)
 	g, ok2 := r.at(n - 1).(*nfs4.GetattrRes)
 	if !ok1 || !ok2 {
@@ -69,6 +79,10 @@ func (s *Server) walkExport(ctx context.Context, c *proto.Cred, path string) (pr
 		MaxFileSize: g.Attrs.MaxFileSize,
 		NameMax:     g.Attrs.MaxName,
 		Limits:      limits,
+	}
+	if len(extra) > 0 {
+		s.root = exp.Root
+		s.keepRootList(ctx, c, exp.Root, r, n, wantDeleg, at)
 	}
 	return exp, nil
 }

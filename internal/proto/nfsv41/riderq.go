@@ -37,7 +37,11 @@ import (
 // A rider goes alone (taking other riders of its credential with it, as
 // any COMPOUND does) when riderDelay passes with nothing to carry it, at
 // once when the core starts waiting for it (the walk got there: it must
-// not wait for a carrier), and at unmount.
+// not wait for a carrier), and at unmount. A COMPOUND of its credential
+// on its way that could have carried it (sent just before it was queued:
+// grep's OPEN of the next file, slow with the riders it carries) gives it
+// riderDelay more, up to riderMaxWait: its caller's next COMPOUND follows
+// its reply. Without that, 1–2 riders a grep -r of busybox went alone.
 
 const (
 	// riderDelay is how long a rider waits for a carrier. A walk's opens
@@ -47,6 +51,8 @@ const (
 	// flight) for a walk that opens nothing (find, du), whose own listings
 	// promote what they reach anyway.
 	riderDelay = 50 * time.Millisecond
+	// riderMaxWait bounds a rider's wait while carriers are on their way.
+	riderMaxWait = 4 * riderDelay
 	// maxRidersPerCompound bounds the riders one COMPOUND carries (up to
 	// five operations each).
 	maxRidersPerCompound = 4
@@ -84,6 +90,36 @@ type riderQueue struct {
 	mu     sync.Mutex
 	queued []*rider // GUARDED_BY(mu)
 	closed bool     // GUARDED_BY(mu)
+	// carrying counts, by credential, the COMPOUNDs on their way that had
+	// room for a rider.
+	carrying map[string]int // GUARDED_BY(mu)
+}
+
+// carrierSent notes a COMPOUND of credential ck on its way with room for
+// a rider; carrierDone its answer (or failure).
+func (q *riderQueue) carrierSent(ck string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.carrying == nil {
+		q.carrying = map[string]int{}
+	}
+	q.carrying[ck]++
+}
+
+func (q *riderQueue) carrierDone(ck string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.carrying[ck]--; q.carrying[ck] <= 0 {
+		delete(q.carrying, ck)
+	}
+}
+
+// carriersOnWay reports whether a COMPOUND of credential ck with room
+// for a rider is on its way.
+func (q *riderQueue) carriersOnWay(ck string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.carrying[ck] > 0
 }
 
 func newRiderQueue(afterFunc func(time.Duration, func()) func() bool) *riderQueue {
@@ -198,6 +234,7 @@ func (s *Server) compoundAhead(ctx context.Context, c *proto.Cred, name string, 
 	if res, err, carried := s.rq.wait(ctx, r, wanted); carried {
 		return res, err
 	}
+
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -218,9 +255,13 @@ func (q *riderQueue) wait(ctx context.Context, r *rider, wanted <-chan struct{})
 	if !q.add(r) {
 		return nil, nil, false
 	}
-	expired := make(chan struct{})
-	stop := q.afterFunc(q.delay, func() { close(expired) })
-	defer stop()
+	arm := func() (chan struct{}, func() bool) {
+		expired := make(chan struct{})
+		return expired, q.afterFunc(q.delay, func() { close(expired) })
+	}
+	expired, stop := arm()
+	defer func() { stop() }()
+	extra := q.delay // waited beyond the first delay, and the next
 	for {
 		done := q.doneChan(r)
 		hurry := false
@@ -229,6 +270,12 @@ func (q *riderQueue) wait(ctx context.Context, r *rider, wanted <-chan struct{})
 		case <-wanted:
 			hurry = true
 		case <-expired:
+			if extra < riderMaxWait && q.carriersOnWay(r.ckey) {
+				// Its carrier's caller goes on after the answer.
+				extra += q.delay
+				expired, stop = arm()
+				continue
+			}
 			hurry = true
 		case <-q.shutCh:
 			hurry = true
@@ -256,6 +303,20 @@ func (s *Server) takeRiders(c *proto.Cred, all []nfs4.Argop, cached bool) []*rid
 	if s.rq == nil || s.rq.pending() == 0 {
 		return nil
 	}
+	ops, budget := s.riderRoomIn(all, cached)
+	return s.rq.take(credKey(c), ops, budget)
+}
+
+// carrierRoom reports whether a COMPOUND of all (the reply cached or
+// not) has room for a rider.
+func (s *Server) carrierRoom(all []nfs4.Argop, cached bool) bool {
+	ops, budget := s.riderRoomIn(all, cached)
+	return ops >= 3 && budget >= riderRoom+riderMinPage
+}
+
+// riderRoomIn is the operations and reply bytes a COMPOUND of all (its
+// reply cached or not) leaves to riders.
+func (s *Server) riderRoomIn(all []nfs4.Argop, cached bool) (int, int64) {
 	fore := s.sess.Info().Fore
 	limit := int64(fore.MaxResponseSize)
 	if cached {
@@ -270,7 +331,7 @@ func (s *Server) takeRiders(c *proto.Cred, all []nfs4.Argop, cached bool) []*rid
 			budget -= int64(max(a.MaxCount, a.DirCount))
 		}
 	}
-	return s.rq.take(credKey(c), int(fore.MaxOperations)-1-len(all), budget)
+	return int(fore.MaxOperations) - 1 - len(all), budget
 }
 
 // ridersDone settles the riders whose operations begin at result at of r

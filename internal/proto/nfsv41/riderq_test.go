@@ -261,3 +261,58 @@ func TestRiderBounds(t *testing.T) {
 		t.Errorf("a rider asking for 4096 bytes was given %d", small.rd.MaxCount)
 	}
 }
+
+// A COMPOUND of its credential on its way with room for it (its caller
+// sends the next after the answer) holds a rider past riderDelay, by
+// riderDelay at a time up to riderMaxWait; one of another credential
+// does not. Before, it went alone at the first riderDelay.
+func TestRiderWaitsForCarrierOnWay(t *testing.T) {
+	var clock fakeTimers
+	q := newRiderQueue(clock.afterFunc)
+	alice, bob := &proto.Cred{UID: 1000}, &proto.Cred{UID: 1001}
+	q.carrierSent(credKey(alice))
+	ch := startWait(t, q, newTestRider(alice, "d", 4096), nil)
+	clock.fire()
+	noResult(t, ch, "with a carrier on its way")
+	q.carrierDone(credKey(alice))
+	waitArmed(t, &clock)
+	clock.fire()
+	if w := result(t, ch); w.carried {
+		t.Fatalf("no carrier on its way: want it sent alone")
+	}
+
+	// Another credential's carrier does not hold it.
+	q.carrierSent(credKey(bob))
+	ch = startWait(t, q, newTestRider(alice, "e", 4096), nil)
+	clock.fire()
+	if w := result(t, ch); w.carried {
+		t.Fatalf("another credential's carrier held it")
+	}
+	q.carrierDone(credKey(bob))
+
+	// Carriers always on their way: alone after riderMaxWait.
+	q.carrierSent(credKey(alice))
+	defer q.carrierDone(credKey(alice))
+	ch = startWait(t, q, newTestRider(alice, "f", 4096), nil)
+	for waited := riderDelay; waited < riderMaxWait; waited += riderDelay {
+		clock.fire()
+		noResult(t, ch, "before riderMaxWait")
+		waitArmed(t, &clock)
+	}
+	clock.fire()
+	if w := result(t, ch); w.carried {
+		t.Fatalf("past riderMaxWait: want it sent alone")
+	}
+}
+
+// waitArmed waits until a timer is armed.
+func waitArmed(t *testing.T, clock *fakeTimers) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for clock.count() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no timer armed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
