@@ -304,6 +304,7 @@ func (r *recallRun) op(a *recallActor, w int, f *fileModel, kind string, rng *ra
 			keep := strings.Join(ls[:rng.IntN(len(ls))], "")
 			add := line(f, v, a.name, 0)
 			content = keep + add
+			f.passesThrough(v, keep)
 			if err := os.Truncate(path, int64(len(keep))); err != nil {
 				return err
 			}

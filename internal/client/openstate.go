@@ -458,6 +458,15 @@ func (fs *FS) underState(ctx context.Context, n *inode, c *Cred, write bool, cal
 		return err
 	}
 	status, err := call(&st)
+	if err == nil && proto.ErrnoOf(status) == syscall.EBADF {
+		// OPENMODE: the open was narrowed after st was picked (a writer's
+		// release sent its OPEN_DOWNGRADE meanwhile; the recall soak's
+		// truncate(2) failed with EBADF). What is open now may have no
+		// such access: once more under none, as for a file not open here
+		// (the server still checks the caller and the share reservations).
+		_, err = call(nil)
+		return err
+	}
 	if err != nil || !errors.Is(status, proto.ErrBadState) {
 		return err
 	}
