@@ -204,6 +204,11 @@ func (r *recallRun) run(t *harness.Program) {
 	case <-done:
 	case <-time.After(c.duration + 2*recallLease + 30*time.Second):
 		r.problem("workers still running %v after the end: a hang", 2*recallLease+30*time.Second)
+		// Where the kernel holds them (a FUSE request unanswered, a
+		// directory lock a notification waits for): the goroutine dumps
+		// below show only the daemons' side.
+		r.logf("kernel stacks of the soak's and the mounts' waiting threads:\n%s",
+			blockedStacks(os.Getpid(), ms[0].Pid(), ms[1].Pid()))
 		for _, pid := range []int{ms[0].Pid(), ms[1].Pid(), sv.Cmd.Process.Pid} {
 			syscall.Kill(pid, syscall.SIGQUIT)
 		}
@@ -306,6 +311,7 @@ func (r *recallRun) op(a *recallActor, w int, f *fileModel, kind string, rng *ra
 			keep := strings.Join(ls[:rng.IntN(len(ls))], "")
 			add := line(f, v, a.name, 0)
 			content = keep + add
+			f.passesThrough(v, keep)
 			if err := os.Truncate(path, int64(len(keep))); err != nil {
 				return err
 			}
@@ -475,4 +481,28 @@ func (r *recallRun) summary(ms []*harness.Mount, t *harness.Program) {
 		}
 	}
 	r.logf("server metrics (delegations, callbacks):\n  %s", strings.Join(lines, "\n  "))
+}
+
+// blockedStacks returns the kernel stacks (/proc/PID/task/TID/stack, root
+// only) of the threads of pids that wait in the file system: in FUSE or on
+// a lock, but not a mount daemon's idle read of /dev/fuse.
+func blockedStacks(pids ...int) string {
+	var b strings.Builder
+	for _, pid := range pids {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+		for _, t := range tasks {
+			st, err := os.ReadFile(filepath.Join(t, "stack"))
+			s := string(st)
+			if err != nil || strings.Contains(s, "fuse_dev_do_read") ||
+				!strings.Contains(s, "fuse") && !strings.Contains(s, "rwsem") && !strings.Contains(s, "lock") {
+				continue
+			}
+			comm, _ := os.ReadFile(filepath.Join(t, "comm"))
+			fmt.Fprintf(&b, "pid %d thread %s (%s):\n%s", pid, filepath.Base(t), strings.TrimSpace(string(comm)), s)
+		}
+	}
+	if b.Len() == 0 {
+		return "(none found)\n"
+	}
+	return b.String()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,16 +17,23 @@ import (
 // returned. A reader notes, before its open(), the newest version whose
 // close had returned (the floor): it must read exactly some version at
 // least that new, or, when a write of the file overlapped its open and
-// read, a state that write passes through.
+// read, a state that write passes through. Such a state may equal an
+// older version byte for byte (a truncate keeping the lines of a version
+// before the last append is that version until its own append lands): a
+// write notes those states (passesThrough), and a reader it overlapped
+// may see them.
 
 // fileModel is one file's history.
 type fileModel struct {
 	mu       sync.Mutex // writers take turns holding it
 	stateMu  sync.Mutex // guards what follows; readers take only this
 	versions map[int]string
-	by       map[int]string    // who made each version, how
-	at       map[int]time.Time // when its close (or rename) returned
-	began    map[int]time.Time // when its write began
+	// States a write passes through on its way to its version (the
+	// truncated prefix of a truncate-then-append), by version.
+	passes map[int][]string
+	by     map[int]string    // who made each version, how
+	at     map[int]time.Time // when its close (or rename) returned
+	began  map[int]time.Time // when its write began
 	// Reads that saw the version before a local rename, within
 	// localRenameWindow after it (see checkRead), and the longest lag.
 	lateReads int
@@ -53,8 +61,8 @@ type recallModel struct {
 func newRecallModel(n int) *recallModel {
 	m := &recallModel{}
 	for i := range n {
-		m.files = append(m.files, &fileModel{name: fmt.Sprintf("f%03d", i), versions: map[int]string{}, by: map[int]string{},
-			at: map[int]time.Time{}, began: map[int]time.Time{}, lost: map[int]bool{}})
+		m.files = append(m.files, &fileModel{name: fmt.Sprintf("f%03d", i), versions: map[int]string{}, passes: map[int][]string{},
+			by: map[int]string{}, at: map[int]time.Time{}, began: map[int]time.Time{}, lost: map[int]bool{}})
 	}
 	return m
 }
@@ -72,8 +80,18 @@ func (f *fileModel) beginWrite(now time.Time) int {
 	defer f.stateMu.Unlock()
 	f.writing++
 	f.started++
-	f.began[f.latest+1] = now
-	return f.latest + 1
+	v := f.latest + 1
+	delete(f.passes, v) // a failed write's (the run fails anyway)
+	f.began[v] = now
+	return v
+}
+
+// passesThrough notes that the write making version v (f.mu held) passes
+// through state on its way: a reader it overlaps may read it.
+func (f *fileModel) passesThrough(v int, state string) {
+	f.stateMu.Lock()
+	defer f.stateMu.Unlock()
+	f.passes[v] = append(f.passes[v], state)
 }
 
 // endWrite records the version v the write made (content), once its
@@ -89,6 +107,7 @@ func (f *fileModel) endWrite(v int, content, by string, ok bool, now time.Time) 
 		f.at[v] = now
 		f.latest, f.doneAt = v, now
 		delete(f.versions, v-64) // readers' floors are never that old
+		delete(f.passes, v-64)
 		delete(f.by, v-64)
 		delete(f.at, v-64)
 		delete(f.began, v-64)
@@ -134,6 +153,9 @@ func (f *fileModel) checkRead(rs readStart, got string) string {
 			if v < rs.floor && f.localRenamesLocked(v, rs) {
 				return ""
 			}
+			if v < rs.floor && overlapped && f.passedLocked(rs, got) {
+				return "" // an overlapping truncate's prefix, equal to an older version
+			}
 			if v < rs.floor {
 				return fmt.Sprintf("stale read: version %d (%s), but version %d's (%s) close had returned before the open", v, f.by[v], rs.floor, f.by[rs.floor])
 			}
@@ -144,8 +166,62 @@ func (f *fileModel) checkRead(rs readStart, got string) string {
 		return "" // a write under way: its intermediate states are fair
 	}
 	want := f.versions[rs.floor]
-	return fmt.Sprintf("read %d bytes (last line %q) matching no version; version %d (%s, %d bytes) expected, no write under way",
-		len(got), lastLine(got), rs.floor, f.by[rs.floor], len(want))
+	return fmt.Sprintf("read %d bytes [%s] matching no version; version %d (%s, %d bytes: [%s]) expected, no write under way",
+		len(got), shape(got), rs.floor, f.by[rs.floor], len(want), shape(want))
+}
+
+// shape describes content line by line, runs of lines of one version
+// and actor together ("v12 local ×3, v18 client B"): what a mismatch was
+// made of tells which writes reached the file and where.
+func shape(s string) string {
+	var parts []string
+	last, n := "", 0
+	flush := func() {
+		switch {
+		case n == 1:
+			parts = append(parts, last)
+		case n > 1:
+			parts = append(parts, fmt.Sprintf("%s ×%d", last, n))
+		}
+	}
+	for _, l := range strings.SplitAfter(s, "\n") {
+		if l == "" {
+			continue
+		}
+		// "f<i> v<N> <actor> <padding>\n": the actor is what lies
+		// between the version and the last space.
+		id := fmt.Sprintf("%q", lastLine(l))
+		body := strings.TrimSuffix(l, "\n")
+		fs := strings.SplitN(body, " ", 3)
+		switch {
+		case !strings.HasSuffix(l, "\n"):
+			id = fmt.Sprintf("partial %q", lastLine(l))
+		case len(fs) == 3 && strings.HasPrefix(fs[1], "v") && strings.Contains(fs[2], " "):
+			id = fs[1] + " " + fs[2][:strings.LastIndexByte(fs[2], ' ')]
+		}
+		if id != last {
+			flush()
+			last, n = id, 0
+		}
+		n++
+	}
+	flush()
+	return strings.Join(parts, ", ")
+}
+
+// passedLocked reports whether got is a state one of the writes a read
+// that began at rs overlapped passes through: the writes after its floor
+// (writers take turns, so the one under way when it began is the floor's
+// next).
+//
+// LOCKS_REQUIRED(f.stateMu)
+func (f *fileModel) passedLocked(rs readStart, got string) bool {
+	for w := rs.floor + 1; w <= f.latest+1; w++ {
+		if slices.Contains(f.passes[w], got) {
+			return true
+		}
+	}
+	return false
 }
 
 // versionOf parses the version the last line names.

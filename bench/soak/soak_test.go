@@ -218,3 +218,50 @@ func TestPlot(t *testing.T) {
 		}
 	}
 }
+
+// TestShape: content is described by runs of its lines' versions and
+// actors, a line without its newline as partial.
+func TestShape(t *testing.T) {
+	f := &fileModel{name: "f001"}
+	s := lines(f, 3, "client B", 3) + line(f, 4, "local", 0) + "f001 v5 cl"
+	if got, want := shape(s), `v3 client B ×3, v4 local, partial "f001 v5 cl"`; got != want {
+		t.Errorf("shape %q, want %q", got, want)
+	}
+	// A line of no padding (version 0, line 0) still names its actor.
+	if got, want := shape(line(f, 0, "local", 0)), "v0 local"; got != want {
+		t.Errorf("shape %q, want %q", got, want)
+	}
+}
+
+// TestRecallModelTruncatePrefix: a truncate that keeps the lines of a
+// version before the last append leaves that version on the file until
+// its own append lands. A read overlapping it may see it; a read that
+// began after the truncate-then-append closed may not.
+func TestRecallModelTruncatePrefix(t *testing.T) {
+	m := newRecallModel(1)
+	f := m.files[0]
+	write := func(content string) int {
+		v := f.beginWrite(time.Now())
+		f.endWrite(v, content, "test", true, time.Now())
+		return v
+	}
+	v1 := lines(f, 1, "local", 3)
+	write(v1)
+	v2 := v1 + line(f, 2, "local", 0)
+	write(v2)
+	// Version 3 truncates to version 1's lines, then appends.
+	during := f.beginRead(time.Now())
+	v := f.beginWrite(time.Now())
+	f.passesThrough(v, v1)
+	if msg := f.checkRead(during, v1); msg != "" {
+		t.Errorf("a read overlapping the truncate, seeing its prefix: %s", msg)
+	}
+	f.endWrite(v, v1+line(f, 3, "client B", 0), "client B truncate", true, time.Now())
+	after := f.beginRead(time.Now())
+	if msg := f.checkRead(after, v1); !strings.Contains(msg, "stale read") {
+		t.Errorf("a read after the truncate-then-append closed, seeing the prefix: %q, want a stale read", msg)
+	}
+	if msg := f.checkRead(during, v1); msg != "" {
+		t.Errorf("the overlapping read, checked after the write ended: %s", msg)
+	}
+}

@@ -32,6 +32,7 @@ type testServer struct {
 	nfsL       net.Listener
 	mountL     net.Listener
 	proxy      *proxy.Proxy
+	config     func(*server.Config) // changes to the server's defaults, or nil
 }
 
 func requireRoot(t *testing.T) {
@@ -43,8 +44,15 @@ func requireRoot(t *testing.T) {
 
 func startServer(t *testing.T) *testServer {
 	t.Helper()
+	return startServerWith(t, nil)
+}
+
+// startServerWith is startServer with the server's configuration changed
+// by config (delegations on, say).
+func startServerWith(t *testing.T, config func(*server.Config)) *testServer {
+	t.Helper()
 	requireRoot(t)
-	ts := &testServer{dir: t.TempDir(), state: t.TempDir()}
+	ts := &testServer{dir: t.TempDir(), state: t.TempDir(), config: config}
 	os.Chmod(ts.dir, 0o777)
 	var err error
 	if ts.nfsL, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
@@ -68,7 +76,11 @@ func startServer(t *testing.T) *testServer {
 func (ts *testServer) serve(t *testing.T) {
 	t.Helper()
 	var err error
-	ts.srv, err = server.New(server.Config{Root: ts.dir, StateDir: ts.state})
+	cfg := server.Config{Root: ts.dir, StateDir: ts.state}
+	if ts.config != nil {
+		ts.config(&cfg)
+	}
+	ts.srv, err = server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,10 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	if err != nil {
 		return 0, false, err
 	}
+	// A truncate of the file under way here first (inode.sizing): the
+	// kernel takes no size until it is done.
+	n.sizing.Lock()
+	n.sizing.Unlock()
 	// Close-to-open: fresh attributes at every open (with nocto, only when
 	// the cache has expired). The permission check after it is then
 	// answered by the ACCESS cache as long as mode and owner are unchanged.

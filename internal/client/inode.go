@@ -29,6 +29,14 @@ type inode struct {
 	aheadHeld  bool
 	aheadDepth int
 
+	// sizing is held (read-locked) by a SETATTR of the size while it runs,
+	// and taken by an open to wait for them (Open): the kernel ignores
+	// every attribute reply for the file while its truncate is under way
+	// (FUSE_I_SIZE_UNSTABLE), so an open meanwhile could not give the
+	// kernel the size it found, and the reader would stop at the size
+	// the kernel cached before (a version older than the last close).
+	sizing sync.RWMutex
+
 	mu sync.Mutex
 	// GUARDED_BY(mu)
 	attr      proto.Attr

@@ -220,7 +220,16 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 		// here: this open came through a name cached before, and the
 		// server kept the file for an open of ours not yet closed (or
 		// another client's). The name is stale; the kernel looks it up
-		// again (ESTALE), and must not read the old file.
+		// again (ESTALE), and must not read the old file. The CLOSE
+		// below ends the identity's open at the server, and an open of
+		// it kept past its last close under a write delegation is that
+		// same open (one per owner): forgotten with it, or the
+		// delegation's return would close it again.
+		no.vmu.Lock()
+		if ow := no.owners[c.UID]; ow != nil && ow.st.Other == res.State.Other && ow.needLocked() == 0 {
+			delete(no.owners, c.UID)
+		}
+		no.vmu.Unlock()
 		no.mu.RUnlock()
 		fs.nodes.markStale(n)
 		if res.Deleg.Type != proto.DelegNone {
@@ -483,6 +492,15 @@ func (fs *FS) underState(ctx context.Context, n *inode, c *Cred, write bool, cal
 		return err
 	}
 	status, err := call(&st)
+	if err == nil && proto.ErrnoOf(status) == syscall.EBADF {
+		// OPENMODE: the open was narrowed after st was picked (a writer's
+		// release sent its OPEN_DOWNGRADE meanwhile; the recall soak's
+		// truncate(2) failed with EBADF). What is open now may have no
+		// such access: once more under none, as for a file not open here
+		// (the server still checks the caller and the share reservations).
+		_, err = call(nil)
+		return err
+	}
 	if err != nil || !errors.Is(status, proto.ErrBadState) {
 		return err
 	}

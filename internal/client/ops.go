@@ -234,6 +234,10 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	if !in.Atime.fits(fs.limits) || !in.Mtime.fits(fs.limits) {
 		return Attr{}, 0, syscall.EOVERFLOW
 	}
+	if in.SetSize {
+		n.sizing.RLock() // opens wait (Open)
+		defer n.sizing.RUnlock()
+	}
 	if fs.dropNoops(n, &in) || in.timesOnly() && (fs.wb.holdTimes(n, c, &in) || fs.holdDirTimes(n, c, &in)) {
 		// Nothing would change, or nothing yet: answer from the cache
 		// (valid either way, if maybe past its lifetime), send nothing.
@@ -308,6 +312,15 @@ func (fs *FS) setattrRPC(ctx context.Context, c *Cred, n *inode, in SetAttrIn) (
 		fs.noteStale(n, res.Status)
 		return Attr{}, 0, res.Status
 	}
+	if fs.lostLastName(n, &res.Wcc.After) {
+		// Came through a name cached before another client renamed over
+		// or removed the file (the server kept it for an open of ours
+		// whose CLOSE is still queued): the kernel looks the name up again
+		// (ESTALE) and changes the file it leads to now, as an OPEN does
+		// (openstate.go).
+		fs.nodes.markStale(n)
+		return Attr{}, 0, syscall.ESTALE
+	}
 	if in.SetSize {
 		fs.wb.truncated(n, in.Size)
 	}
@@ -317,16 +330,33 @@ func (fs *FS) setattrRPC(ctx context.Context, c *Cred, n *inode, in SetAttrIn) (
 	return fs.localAttr(n, &res.Wcc.After.Attr), n.attrLeft(fs.now()), nil
 }
 
+// lostLastName reports whether attributes of n a reply brought show a
+// regular file with no name left that has no descriptor open here (NFSv4.1
+// opens only: a name the kernel reached it by is stale).
+func (fs *FS) lostLastName(n *inode, a *proto.PostAttr) bool {
+	if fs.opener == nil || !a.Present || a.Attr.Type != proto.TypeReg || a.Attr.Nlink != 0 {
+		return false
+	}
+	return !fs.opensOf(n).descriptors()
+}
+
 // dropNoops clears the parts of a SETATTR that a valid cache shows would
 // change nothing — chmod to the current mode, chown to the current owner,
-// truncate to the current size with nothing dirty (unless they clear set-id
-// bits: KillSetID) — and reports whether
+// truncate to the current size with nothing dirty under a file delegation
+// (unless they clear set-id bits: KillSetID) — and reports whether
 // nothing is left to send. A time is never dropped: the kernel sends no
 // atime updates of its own to a FUSE file system (its inodes are
-// S_NOATIME), so every time that arrives is an explicit utimensat.
+// S_NOATIME), so every time that arrives is an explicit utimensat. A size
+// is dropped only on a delegation's word: attributes within their
+// lifetime may be another writer's old ones (truncate(2) opens nothing,
+// so close-to-open did not refresh them), and a truncation dropped on
+// them is lost (the recall soak: a truncate to the length of a version
+// since rewritten on the server's disk, then an append, left the whole
+// rewrite before the appended line).
 func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
 	n.mu.Lock()
 	a, _, valid := n.cachedAttrLocked(fs.now())
+	delegated := n.delegated
 	n.mu.Unlock()
 	if !valid {
 		return false
@@ -343,7 +373,7 @@ func (fs *FS) dropNoops(n *inode, in *SetAttrIn) bool {
 	if in.SetGID && in.GID == a.GID && !kills {
 		in.SetGID = false
 	}
-	if in.SetSize && in.Size == a.Size && fs.wb.dirtyEnd(n) == 0 && !kills {
+	if in.SetSize && in.Size == a.Size && delegated && fs.wb.dirtyEnd(n) == 0 && !kills {
 		in.SetSize = false
 	}
 	return !in.SetMode && !in.SetUID && !in.SetGID && !in.SetSize &&

@@ -319,6 +319,19 @@ func (c *compound) setattr(a *nfs4.SetattrArgs) nfs4.Status {
 	if n == nil {
 		return fail(nfs4.ErrROFS)
 	}
+	if n.isReg() {
+		// A file with no name left, reachable only because a client keeps
+		// it open: as for OPEN (nfs4_open.go), another client came
+		// through a name cached before the file lost it, and its
+		// truncate(2) or chmod(2) is for the file the name leads to now.
+		var fst unix.Stat_t
+		if err := c.s.stat(n, &fst); err != nil {
+			return fail(c.s.statusOf4(err))
+		}
+		if fst.Nlink == 0 && !c.s.v4.state.Holds(c.client, n.key) {
+			return fail(nfs4.ErrStale)
+		}
+	}
 	if sa.SetSize && n.isReg() {
 		sid, st := c.stateid(&a.Stateid)
 		if st == nfs4.OK {

@@ -68,6 +68,9 @@ type pendingClose struct {
 	fh     proto.FH
 	st     proto.StateID
 	access uint32 // the share access the server holds for the open
+	// done is closed when the CLOSE, taken to go in a COMPOUND, has gone
+	// (or is queued again); made when it is taken. GUARDED_BY(closeQueue.mu)
+	done chan struct{}
 }
 
 func (p *pendingClose) key() closeKey { return closeKey{fh: string(p.fh), uid: p.cred.UID} }
@@ -85,12 +88,19 @@ type closeQueue struct {
 	afterFunc func(time.Duration, func()) func() bool // the clock; returns stop
 	flush     func()                                  // sends what is queued (on its own goroutine)
 
-	mu       sync.Mutex
-	queued   []*pendingClose            // GUARDED_BY(mu), oldest first
-	inflight map[closeKey]chan struct{} // GUARDED_BY(mu): CLOSEs on their way
-	access   map[[12]byte]uint32        // GUARDED_BY(mu): by open stateid
-	stop     func() bool                // GUARDED_BY(mu): the armed timer's
-	closed   bool                       // GUARDED_BY(mu): unmounting: nothing queued
+	mu     sync.Mutex
+	queued []*pendingClose // GUARDED_BY(mu), oldest first
+	// inflight are the CLOSEs on their way, by open. One open may have
+	// more than one: a CLOSE queued while another of the same file and
+	// owner is on its way (a delegation's return closing an open kept past
+	// its last close). Each is waited for by its own done channel: with
+	// one channel per open, the second's replaced the first's, which was
+	// never closed, and an OPEN or create waiting for it waited for ever
+	// (the recall soak: a FUSE CREATE unanswered, the directory locked).
+	inflight map[closeKey][]*pendingClose // GUARDED_BY(mu)
+	access   map[[12]byte]uint32          // GUARDED_BY(mu): by open stateid
+	stop     func() bool                  // GUARDED_BY(mu): the armed timer's
+	closed   bool                         // GUARDED_BY(mu): unmounting: nothing queued
 }
 
 func newCloseQueue(afterFunc func(time.Duration, func()) func() bool, flush func()) *closeQueue {
@@ -98,7 +108,7 @@ func newCloseQueue(afterFunc func(time.Duration, func()) func() bool, flush func
 		afterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 	}
 	return &closeQueue{delay: closeDelay, afterFunc: afterFunc, flush: flush,
-		inflight: map[closeKey]chan struct{}{}, access: map[[12]byte]uint32{}}
+		inflight: map[closeKey][]*pendingClose{}, access: map[[12]byte]uint32{}}
 }
 
 func credKey(c *proto.Cred) string {
@@ -160,11 +170,8 @@ func (q *closeQueue) reclaim(c *proto.Cred, fh proto.FH, access uint32) (first, 
 	k := closeKey{fh: string(fh), uid: c.UID}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for {
-		ch, busy := q.inflight[k]
-		if !busy {
-			break
-		}
+	for len(q.inflight[k]) > 0 {
+		ch := q.inflight[k][0].done
 		q.mu.Unlock()
 		<-ch
 		q.mu.Lock()
@@ -177,7 +184,7 @@ func (q *closeQueue) reclaim(c *proto.Cred, fh proto.FH, access uint32) (first, 
 		if p.access&^access == 0 {
 			return nil, p // taken back
 		}
-		q.inflight[k] = make(chan struct{})
+		q.departLocked(p)
 		return p, nil
 	}
 	return nil, nil
@@ -192,9 +199,9 @@ func (q *closeQueue) takeLead(c *proto.Cred) []*pendingClose {
 	defer q.mu.Unlock()
 	for {
 		var wait chan struct{}
-		for k, ch := range q.inflight {
+		for k, ps := range q.inflight {
 			if k.uid == c.UID {
-				wait = ch
+				wait = ps[0].done
 				break
 			}
 		}
@@ -232,7 +239,7 @@ func (q *closeQueue) takeLocked(ck string, max int) []*pendingClose {
 			return false
 		}
 		out = append(out, p)
-		q.inflight[p.key()] = make(chan struct{})
+		q.departLocked(p)
 		return true
 	})
 	if len(q.queued) == 0 && q.stop != nil {
@@ -262,10 +269,35 @@ func (q *closeQueue) sent(ps []*pendingClose) {
 	defer q.mu.Unlock()
 	for _, p := range ps {
 		delete(q.access, p.st.Other)
-		if ch := q.inflight[p.key()]; ch != nil {
-			close(ch)
-			delete(q.inflight, p.key())
-		}
+		q.landLocked(p)
+	}
+}
+
+// departLocked records p on its way: OPENs of its open wait for it.
+//
+// LOCKS_REQUIRED(q.mu)
+func (q *closeQueue) departLocked(p *pendingClose) {
+	p.done = make(chan struct{})
+	q.inflight[p.key()] = append(q.inflight[p.key()], p)
+}
+
+// landLocked ends p's way (sent, or queued again) and lets those waiting
+// for it go; nothing if p was not on its way (a CLOSE sent at once).
+//
+// LOCKS_REQUIRED(q.mu)
+func (q *closeQueue) landLocked(p *pendingClose) {
+	k := p.key()
+	ps := q.inflight[k]
+	i := slices.Index(ps, p)
+	if i < 0 {
+		return
+	}
+	close(p.done)
+	p.done = nil
+	if ps = slices.Delete(ps, i, i+1); len(ps) > 0 {
+		q.inflight[k] = ps
+	} else {
+		delete(q.inflight, k)
 	}
 }
 
@@ -277,10 +309,7 @@ func (q *closeQueue) requeue(ps []*pendingClose) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, p := range ps {
-		if ch := q.inflight[p.key()]; ch != nil {
-			close(ch)
-			delete(q.inflight, p.key())
-		}
+		q.landLocked(p)
 	}
 	q.queued = append(slices.Clone(ps), q.queued...)
 	if q.stop == nil && !q.closed {

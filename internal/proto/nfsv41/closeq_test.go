@@ -147,6 +147,58 @@ func TestCloseQueueReclaim(t *testing.T) {
 	}
 }
 
+// Two CLOSEs of one open on their way at once (a delegation's return
+// closes an open kept past its last close while a CLOSE of the same file
+// and owner still rides in another COMPOUND): a create or an OPEN of the
+// file waits for both, and goes once both are answered, in either order.
+// With one channel per open the second CLOSE's replaced the first's,
+// which was never closed: the waiter waited for ever (the recall soak: a
+// FUSE CREATE unanswered, its directory locked, the mount's notifier
+// stuck behind it).
+func TestCloseQueueTwoClosesOfOneOpen(t *testing.T) {
+	for _, order := range []string{"first answered first", "second answered first"} {
+		for _, waiter := range []string{"create", "open"} {
+			t.Run(order+", "+waiter, func(t *testing.T) {
+				var clock fakeTimers
+				q := newCloseQueue(clock.afterFunc, func() {})
+				c := &proto.Cred{UID: 7}
+				q.add(c, proto.FH("f"), st(1))
+				one := q.takeTrail(c, maxClosesPerCompound)
+				done := make(chan struct{})
+				go func() {
+					if waiter == "create" {
+						q.takeLead(c)
+					} else {
+						q.reclaim(c, proto.FH("f"), proto.ShareRead)
+					}
+					close(done)
+				}()
+				time.Sleep(20 * time.Millisecond) // the waiter waits for one
+				q.add(c, proto.FH("f"), st(1))
+				two := q.takeTrail(c, maxClosesPerCompound)
+				if len(one) != 1 || len(two) != 1 {
+					t.Fatalf("took %d and %d CLOSEs, want 1 and 1", len(one), len(two))
+				}
+				if order == "second answered first" {
+					one, two = two, one
+				}
+				q.sent(one)
+				select {
+				case <-done:
+					t.Fatalf("the %s went ahead of a CLOSE of its file on its way", waiter)
+				case <-time.After(50 * time.Millisecond):
+				}
+				q.sent(two)
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+					t.Fatalf("the %s still waits after both CLOSEs were answered", waiter)
+				}
+			})
+		}
+	}
+}
+
 // Nothing to carry them: the timer flushes, a full queue flushes at once,
 // and after shut (unmount) nothing is queued.
 func TestCloseQueueFlush(t *testing.T) {
