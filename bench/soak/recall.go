@@ -330,16 +330,17 @@ func (r *recallRun) op(a *recallActor, w int, f *fileModel, kind string, rng *ra
 	if err != nil {
 		return fmt.Errorf("version %d: %w", v, err)
 	}
-	if a.dir != r.export && kind == "rewrite" && f.afterLocalRename(v) {
-		// Made right after a local rename over the file: it may have gone
-		// to the file the rename replaced. The server's disk tells (a
-		// write delegation's data is written back when this local open
-		// breaks its lease), while this writer still holds the file.
+	if a.dir != r.export && kind != "rename" && f.afterLocalRename(v) {
+		// Made in place right after a local rename over the file: it may
+		// have gone to the file the rename replaced. The server's disk
+		// tells (a write delegation's data is written back when this
+		// local open breaks its lease), while this writer still holds
+		// the file.
 		got, err := os.ReadFile(filepath.Join(r.export, f.name))
 		if err != nil {
 			return fmt.Errorf("version %d: reading it on the server's disk: %w", v, err)
 		}
-		f.settleRewrite(v, string(got) == content)
+		f.settleWrite(v, content, string(got))
 	}
 	return nil
 }
@@ -417,7 +418,7 @@ func (r *recallRun) finalCheck(export string, mnts []string) {
 	}
 	r.logf("reads of the file a local rename had just replaced (allowed within %v: the server sees it only after): %d, longest after the rename %s",
 		localRenameWindow, late, benchfmt.Secs(lag))
-	r.logf("client rewrites begun within %v after a local rename over the file that went to the file it replaced (found on the server's disk; the server hears of a local rename only after it): %d, reads that then saw the version before: %d",
+	r.logf("client writes in place (rewrite, append, truncate) begun within %v after a local rename over the file that went (in part) to the file it replaced (found on the server's disk; the server hears of a local rename only after it): %d, reads that then saw the version before: %d",
 		localRenameWindow, lost, lostReads)
 	r.logf("opens failed with ESTALE or ENOENT racing a rename over the file (a silly rename hides it; a name cached before a rename is STALE, and the kernel's one retry met the next rename): %d", races)
 }

@@ -45,11 +45,12 @@ type fileModel struct {
 	// after a local rename (see lostToRenameLocked), and such rewrites.
 	lostWrites int
 	lostCount  int
-	lost       map[int]bool // versions that went to a file renamed over
-	latest     int          // the newest version whose close returned
-	doneAt     time.Time    // when it returned
-	writing    int          // writes started and not finished
-	started    int          // writes started, ever
+	lost       map[int]bool   // versions that went to a file renamed over
+	alt        map[int]string // what such a write wrote, there
+	latest     int            // the newest version whose close returned
+	doneAt     time.Time      // when it returned
+	writing    int            // writes started and not finished
+	started    int            // writes started, ever
 	name       string
 }
 
@@ -62,7 +63,7 @@ func newRecallModel(n int) *recallModel {
 	m := &recallModel{}
 	for i := range n {
 		m.files = append(m.files, &fileModel{name: fmt.Sprintf("f%03d", i), versions: map[int]string{}, passes: map[int][]string{},
-			by: map[int]string{}, at: map[int]time.Time{}, began: map[int]time.Time{}, lost: map[int]bool{}})
+			by: map[int]string{}, at: map[int]time.Time{}, began: map[int]time.Time{}, lost: map[int]bool{}, alt: map[int]string{}})
 	}
 	return m
 }
@@ -112,11 +113,12 @@ func (f *fileModel) endWrite(v int, content, by string, ok bool, now time.Time) 
 		delete(f.at, v-64)
 		delete(f.began, v-64)
 		delete(f.lost, v-64)
+		delete(f.alt, v-64)
 	}
 }
 
 // current returns the latest version's content: of the latest that did
-// not go to a file renamed over (settleRewrite).
+// not go to a file renamed over (settleWrite).
 func (f *fileModel) current() (int, string) {
 	f.stateMu.Lock()
 	defer f.stateMu.Unlock()
@@ -149,6 +151,9 @@ func (f *fileModel) checkRead(rs readStart, got string) string {
 	overlapped := rs.writing || f.started != rs.started
 	v, ok := versionOf(got)
 	if ok {
+		if alt, known := f.alt[v]; known && alt == got {
+			return "" // a write that went to a file renamed over, read there
+		}
 		if want, known := f.versions[v]; known && want == got {
 			if v < rs.floor && f.localRenamesLocked(v, rs) {
 				return ""
@@ -280,8 +285,8 @@ func (f *fileModel) localRenamesLocked(v int, rs readStart) bool {
 	return true
 }
 
-// lostToRenameLocked reports whether version w is a client's rewrite
-// found gone to the file a local rename had just replaced (settleRewrite).
+// lostToRenameLocked reports whether version w is a client's write found
+// gone to the file a local rename had just replaced (settleWrite).
 //
 // LOCKS_REQUIRED(f.stateMu)
 func (f *fileModel) lostToRenameLocked(w int) bool { return f.lost[w] }
@@ -307,17 +312,31 @@ func (f *fileModel) afterLocalRename(w int) bool {
 	return false
 }
 
-// settleRewrite records whether version w, made right after a local
-// rename (afterLocalRename), reached the file's name on the server's disk.
-// If not it went to the file without a name: the version before it stays
-// the file's, and readers seeing that are not stale; as of now the model
-// takes that content back as the file's (current).
-func (f *fileModel) settleRewrite(w int, landed bool) {
+// settleWrite records what a client's write of version w, made right
+// after a local rename (afterLocalRename), left under the file's name on
+// the server's disk (disk), content being what it wrote. Unless that is
+// content, (part of) the write went to the file the rename replaced, a
+// file without a name, where readers holding it may still read content
+// (kept as alt). If the name still holds the version before, the write
+// is lost there: that version stays the file's (current), and readers
+// seeing it are not stale. Otherwise (a truncate that reached the old
+// file and an append the new one) what the name holds is version w.
+func (f *fileModel) settleWrite(w int, content, disk string) {
 	f.stateMu.Lock()
 	defer f.stateMu.Unlock()
-	if !landed {
+	if disk == content {
+		return
+	}
+	f.alt[w] = content
+	f.lostCount++
+	prev := w - 1
+	for prev > 0 && f.lost[prev] {
+		prev--
+	}
+	if disk == f.versions[prev] {
 		f.lost[w] = true
-		f.lostCount++
+	} else {
+		f.versions[w] = disk
 	}
 }
 

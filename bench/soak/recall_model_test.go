@@ -23,11 +23,18 @@ func TestRecallModelRewriteAfterLocalRename(t *testing.T) {
 		}
 		write("init", 0, 0)
 		vr, renamed := write("local rename", time.Second, time.Second+time.Millisecond)
-		vw, _ := write("client A rewrite", time.Second+5*time.Millisecond, time.Second+20*time.Millisecond)
+		vw, rewrote := write("client A rewrite", time.Second+5*time.Millisecond, time.Second+20*time.Millisecond)
 		if !f.afterLocalRename(vw) {
 			t.Fatal("a rewrite begun 4 ms after a local rename not taken as one")
 		}
-		f.settleRewrite(vw, landed)
+		disk := renamed
+		if landed {
+			disk = rewrote
+		}
+		f.settleWrite(vw, rewrote, disk)
+		if msg := f.checkRead(f.beginRead(t0.Add(2*time.Second)), rewrote); msg != "" {
+			t.Errorf("landed %v: reading the rewrite: %s", landed, msg)
+		}
 		msg := f.checkRead(f.beginRead(t0.Add(2*time.Second)), renamed)
 		switch {
 		case !landed && msg != "":
@@ -46,5 +53,33 @@ func TestRecallModelRewriteAfterLocalRename(t *testing.T) {
 	w := f.beginWrite(time.Unix(1e9, 0).Add(2 * localRenameWindow))
 	if f.afterLocalRename(w) {
 		t.Error("a rewrite begun 2 windows after a local rename taken as right after it")
+	}
+}
+
+// A truncate that reached the file a local rename had just replaced and
+// an append that reached the new one: what the name holds is the
+// version, and what the write meant is still readable where it went.
+func TestRecallModelHalfLostWrite(t *testing.T) {
+	m := newRecallModel(1)
+	f := m.files[0]
+	t0 := time.Unix(1e9, 0)
+	v := f.beginWrite(t0)
+	f.endWrite(v, lines(f, v, "init", 3), "init", true, t0)
+	v = f.beginWrite(t0.Add(time.Second))
+	renamed := lines(f, v, "local rename", 2)
+	f.endWrite(v, renamed, "local rename", true, t0.Add(time.Second))
+	w := f.beginWrite(t0.Add(time.Second + time.Millisecond))
+	add := line(f, w, "client B", 0)
+	meant := lines(f, v-1, "init", 1) + add // kept one line of the version it saw, then appended
+	f.endWrite(w, meant, "client B truncate", true, t0.Add(time.Second+3*time.Millisecond))
+	disk := renamed + add
+	f.settleWrite(w, meant, disk)
+	for _, got := range []string{disk, meant} {
+		if msg := f.checkRead(f.beginRead(t0.Add(2*time.Second)), got); msg != "" {
+			t.Errorf("reading %q: %s", got, msg)
+		}
+	}
+	if _, cur := f.current(); cur != disk {
+		t.Errorf("current content %q, want what the name holds", cur)
 	}
 }
