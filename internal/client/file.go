@@ -146,7 +146,10 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 		n.opening-- // the reply tells the kernel (openState)
 	}
 	// The OPEN's data is the version its attributes describe: kept only if
-	// no other reply moved the data generation since.
+	// no other reply moved the data generation since and the node still
+	// shows that version (a reply refused as older than another open's,
+	// answered first with the next version, would lend its data to that
+	// version: the kernel read the old bytes up to the new size).
 	firstOK := first != nil && n.dataGen == first.gen && sameVersion(&n.attr, &first.attr)
 	keepCache = n.dataValid
 	if !keepCache {

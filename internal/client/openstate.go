@@ -244,15 +244,10 @@ func (fs *FS) openState(ctx context.Context, c *Cred, n *inode, flags uint32) (s
 	// does this OPEN's (the same open stateid): only the open() fails.
 	nameless = res.Attr.Present && res.Attr.Attr.Nlink == 0
 	if res.HasData && res.Attr.Present {
-		// The data is the version the OPEN's attributes describe. Kept only
-		// if those are the node's now: a reply refused as older than what
-		// the node holds (another open's, sent after this one and answered
-		// first, with the next version) would lend its data to that version,
-		// and the kernel would read the old bytes up to the new size.
+		// Open keeps it only while the node shows the version its
+		// attributes describe.
 		n.mu.Lock()
-		if n.attrValid && sameVersion(&n.attr, &res.Attr.Attr) {
-			first = &firstRead{data: res.Data, gen: n.dataGen, changes: changes, attr: res.Attr.Attr}
-		}
+		first = &firstRead{data: res.Data, gen: n.dataGen, changes: changes, attr: res.Attr.Attr}
 		n.mu.Unlock()
 	}
 	no.addLocked(c, res.State, share)
