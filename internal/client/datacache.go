@@ -201,10 +201,25 @@ func (w *writeback) readLocal(n *inode, off uint64, dst []byte) (int, bool) {
 	}
 	// Like the kernel's page cache, data known valid is served without
 	// revalidating: opening the file (close-to-open) is what revalidates.
-	snap := w.fs.dataSnapshot(n)
-	if !snap.valid {
-		return 0, false
+	// A WRITE of ours completing between the snapshot and the lists moves
+	// its data's end from the in-flight list into the node's size (see
+	// localAttr): neither would show it, and the read would end at the
+	// size before. The snapshot must be the same after the lists are read.
+	for range 3 {
+		snap := w.fs.dataSnapshot(n)
+		if !snap.valid {
+			return 0, false
+		}
+		got, ok := w.readLocalAt(st, snap, off, dst)
+		if after := w.fs.dataSnapshot(n); after.gen == snap.gen && after.size == snap.size && after.valid {
+			return got, ok
+		}
 	}
+	return 0, false
+}
+
+// readLocalAt is readLocal for one snapshot of the node's data.
+func (w *writeback) readLocalAt(st *fileState, snap dataSnap, off uint64, dst []byte) (int, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	size := max(snap.size, st.dirty.lastEnd())

@@ -111,7 +111,25 @@ func (fs *FS) noteStale(n *inode, st error) {
 // localAttr converts attributes for the kernel, accounting for what was
 // done here and not yet sent: the file is as large as its dirty data
 // reaches, and has the times held for that data.
+//
+// A WRITE of ours that completes after a was copied puts its reply's
+// attributes into the node before it takes its data off the in-flight
+// list (sendOne), so a copied before and the lists read after show
+// neither: the size before the data, which the kernel takes as the
+// file's (a read right after a close returned nothing). So once the
+// lists are read, attributes newer than a cached meanwhile are laid over
+// instead.
 func (fs *FS) localAttr(n *inode, a *proto.Attr) Attr {
+	for range 3 {
+		out := attrFromProto(a)
+		fs.wb.localAttrs(n, &out)
+		fs.dirTimesShown(n, &out)
+		newer := fs.newestAttr(n, a)
+		if newer.Ctime == a.Ctime {
+			return out
+		}
+		a = &newer
+	}
 	out := attrFromProto(a)
 	fs.wb.localAttrs(n, &out)
 	fs.dirTimesShown(n, &out)
@@ -327,7 +345,24 @@ func (fs *FS) setattrRPC(ctx context.Context, c *Cred, n *inode, in SetAttrIn) (
 	if !res.Wcc.After.Present {
 		return fs.GetAttr(ctx, c, n.id)
 	}
-	return fs.localAttr(n, &res.Wcc.After.Attr), n.attrLeft(fs.now()), nil
+	after := fs.newestAttr(n, &res.Wcc.After.Attr)
+	return fs.localAttr(n, &after), n.attrLeft(fs.now()), nil
+}
+
+// newestAttr is what the kernel is told a reply's call left: the reply's
+// attributes, or the node's cached ones if they are newer (a later ctime:
+// the server ran another call of ours after this one, and its reply came
+// first). The kernel takes a SETATTR reply's size as the file's: a chmod
+// that the server ran before our WRITE, answered after the WRITE's reply,
+// told it the size before the data, and a read right after the write and
+// close returned nothing.
+func (fs *FS) newestAttr(n *inode, a *proto.Attr) proto.Attr {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.attrValid && n.attr.Type == a.Type && compareTime(n.attr.Ctime, a.Ctime) > 0 {
+		return n.attr
+	}
+	return *a
 }
 
 // lostLastName reports whether attributes of n a reply brought show a
