@@ -256,6 +256,7 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 		n.sizing.RLock() // opens wait (Open)
 		defer n.sizing.RUnlock()
 	}
+	fs.wb.waitBehind(n) // after the data a close left behind (wdeleg.go)
 	if fs.dropNoops(n, &in) || in.timesOnly() && (fs.wb.holdTimes(n, c, &in) || fs.holdDirTimes(n, c, &in)) {
 		// Nothing would change, or nothing yet: answer from the cache
 		// (valid either way, if maybe past its lifetime), send nothing.
@@ -692,10 +693,12 @@ func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName s
 	if err != nil {
 		return Entry{}, err
 	}
-	// A name changes: held times go first (dirtimes.go).
+	// A name changes: held times go first (dirtimes.go), and data a
+	// close left behind (wdeleg.go).
 	if err := fs.sendDirTimes(ctx, dir); err != nil {
 		return Entry{}, err
 	}
+	fs.wb.waitBehind(n)
 	at := fs.now()
 	res, err := fs.srv.Link(ctx, c, n.fh, dir.fh, newName)
 	if err != nil {
