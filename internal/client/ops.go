@@ -36,6 +36,10 @@ func (fs *FS) GetAttr(ctx context.Context, c *Cred, id NodeID) (Attr, time.Durat
 	if err != nil {
 		return Attr{}, 0, err
 	}
+	// Data a close left behind lands first (wdeleg.go): the times its
+	// WRITE gives the file are the ones a stat after the close shows,
+	// then and later (make compares them).
+	fs.wb.waitBehind(n)
 	now := fs.now()
 	n.mu.Lock()
 	a, ttl, ok := n.cachedAttrLocked(now)

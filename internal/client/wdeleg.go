@@ -27,7 +27,7 @@ import (
 //     close, not left to the return, because a process on the server's
 //     own disk that stats the file breaks no lease. Every later flush
 //     (a SETATTR's, fsync's, the return's, unmount's) waits for it, and
-//     so do an open, SETATTR, RENAME, LINK or REMOVE of the file: the
+//     so do a stat, open, SETATTR, RENAME, LINK or REMOVE of the file: the
 //     server sees this client's calls of a file in the order they were
 //     made, as with a close that waits (a later WRITE would move the
 //     mtime; an OPEN's reply, run before the WRITE and answered after
