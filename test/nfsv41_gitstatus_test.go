@@ -45,7 +45,8 @@ func gitIn(t *testing.T, dir string, args ...string) string {
 // O_EXCL, to refresh the index) and unlinks it when nothing changed, and
 // the server must see both (a directory delegation lets no client create
 // or remove names on its own); the write delegation of index.lock goes
-// back in the REMOVE's COMPOUND, so the server recalls nothing. Another
+// back in the REMOVE's COMPOUND, so the server recalls nothing. Without
+// that lock (git --no-optional-locks) the status costs no call. Another
 // client's creates (.gitignore among them) are seen by the next status.
 func TestNFSv41GitStatusQuiet(t *testing.T) {
 	requireMountTools(t)
@@ -105,6 +106,17 @@ func TestNFSv41GitStatusQuiet(t *testing.T) {
 			}
 		}
 	}
+	// Without the optional lock (git --no-optional-locks, as editors run
+	// it: nothing to write back), git status changes nothing, and costs
+	// nothing.
+	time.Sleep(2500 * time.Millisecond)
+	prev := m.Stats(t)
+	if out := gitIn(t, work, "--no-optional-locks", "status", "--porcelain"); out != "" {
+		t.Fatalf("git --no-optional-locks status on the mount: %q, want a clean tree", out)
+	}
+	d := delta(prev, m.Stats(t))
+	t.Logf("git --no-optional-locks status: calls {%s}", opsLine(d.Ops))
+	expectCounts(t, "git --no-optional-locks status of an unchanged repository", d, nil)
 
 	// What the delegations kept must go at another client's change: B
 	// adds .gitignore (a name A holds absent in a delegated directory)
