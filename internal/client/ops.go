@@ -145,7 +145,14 @@ func (fs *FS) localAttr(n *inode, a *proto.Attr) Attr {
 // trusts a fact longer than we would.
 func (fs *FS) entryFor(n *inode, a *proto.Attr, dir *inode) Entry {
 	now := fs.now()
-	return Entry{Node: n.id, Attr: fs.localAttr(n, a), EntryTTL: dir.attrLeft(now), AttrTTL: n.attrLeft(now)}
+	e := Entry{Node: n.id, Attr: fs.localAttr(n, a), EntryTTL: dir.attrLeft(now), AttrTTL: n.attrLeft(now)}
+	if fs.wb.behindNow(n) {
+		// Its close's WRITE is on its way (wdeleg.go): the times here are
+		// from before it. The kernel keeps none of them and asks again
+		// (GetAttr waits for the WRITE).
+		e.AttrTTL = 0
+	}
+	return e
 }
 
 // attrLeft returns how long the node's cached attributes stay valid.

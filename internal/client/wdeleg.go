@@ -223,6 +223,17 @@ func (w *writeback) flushBehind(ctx context.Context, n *inode) {
 	}()
 }
 
+// behindNow reports whether a close's flush of n is running (flushBehind).
+func (w *writeback) behindNow(n *inode) bool {
+	st := peek(n)
+	if st == nil {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.behind > 0
+}
+
 // waitBehind waits for n's flushes started by closes (flushBehind).
 func (w *writeback) waitBehind(n *inode) {
 	st := peek(n)
