@@ -101,9 +101,6 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	// kernel takes no size until it is done.
 	n.sizing.Lock()
 	n.sizing.Unlock()
-	// And the data a close left behind (wdeleg.go): an OPEN's reply, sent
-	// beside its WRITE, would show the file without it.
-	fs.wb.waitBehind(n)
 	// Close-to-open: fresh attributes at every open (with nocto, only when
 	// the cache has expired). The permission check after it is then
 	// answered by the ACCESS cache as long as mode and owner are unchanged.
@@ -450,20 +447,24 @@ func (fs *FS) Flush(ctx context.Context, c *Cred, fh uint64) error {
 		return err
 	}
 	defer of.flushed.Store(true)
-	if fs.closeDelegated(of.node) {
-		// The data, and times held for it (tar's utimensat), go to the
-		// server's disk behind the close; the COMMIT waits (wdeleg.go).
-		fs.wb.flushBehind(fs.detach(ctx), of.node)
-		return of.takeErr()
-	}
-	return fs.flushSync(ctx, of)
+	return fs.flushSync(ctx, of, fs.closeDelegated(of.node))
 }
 
-// flushSync writes and commits of's file, then reports any write-back
-// error of has not seen.
-func (fs *FS) flushSync(ctx context.Context, of *openFile) error {
+// flushSync writes of's file, and commits it unless delegated, then
+// reports any write-back error of has not seen.
+func (fs *FS) flushSync(ctx context.Context, of *openFile, delegated bool) error {
 	// A caller let go (killed) does not take the data with it: see await.
 	flush := func(ctx context.Context) error { return fs.wb.flush(ctx, of.node, proto.FileSync) }
+	if delegated {
+		// The data, and times held for it (tar's utimensat), reach the
+		// server's disk; only the COMMIT waits (wdeleg.go).
+		flush = func(ctx context.Context) error {
+			if err := fs.wb.flushOrdered(ctx, of.node); err != nil {
+				return err
+			}
+			return fs.wb.sendHeldTimes(ctx, of.node)
+		}
+	}
 	if err := fs.await(ctx, flush); err != nil {
 		of.takeErr() // reported now: not again at the next close
 		return err
@@ -478,7 +479,7 @@ func (fs *FS) Fsync(ctx context.Context, c *Cred, fh uint64) error {
 	if err != nil {
 		return err
 	}
-	if err := fs.flushSync(ctx, of); err != nil {
+	if err := fs.flushSync(ctx, of, false); err != nil {
 		return err
 	}
 	// Locks lost at a server restart (reclaim.go): the data went out, but

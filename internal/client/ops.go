@@ -36,10 +36,6 @@ func (fs *FS) GetAttr(ctx context.Context, c *Cred, id NodeID) (Attr, time.Durat
 	if err != nil {
 		return Attr{}, 0, err
 	}
-	// Data a close left behind lands first (wdeleg.go): the times its
-	// WRITE gives the file are the ones a stat after the close shows,
-	// then and later (make compares them).
-	fs.wb.waitBehind(n)
 	now := fs.now()
 	n.mu.Lock()
 	a, ttl, ok := n.cachedAttrLocked(now)
@@ -145,14 +141,7 @@ func (fs *FS) localAttr(n *inode, a *proto.Attr) Attr {
 // trusts a fact longer than we would.
 func (fs *FS) entryFor(n *inode, a *proto.Attr, dir *inode) Entry {
 	now := fs.now()
-	e := Entry{Node: n.id, Attr: fs.localAttr(n, a), EntryTTL: dir.attrLeft(now), AttrTTL: n.attrLeft(now)}
-	if fs.wb.behindNow(n) {
-		// Its close's WRITE is on its way (wdeleg.go): the times here are
-		// from before it. The kernel keeps none of them and asks again
-		// (GetAttr waits for the WRITE).
-		e.AttrTTL = 0
-	}
-	return e
+	return Entry{Node: n.id, Attr: fs.localAttr(n, a), EntryTTL: dir.attrLeft(now), AttrTTL: n.attrLeft(now)}
 }
 
 // attrLeft returns how long the node's cached attributes stay valid.
@@ -267,7 +256,6 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 		n.sizing.RLock() // opens wait (Open)
 		defer n.sizing.RUnlock()
 	}
-	fs.wb.waitBehind(n) // after the data a close left behind (wdeleg.go)
 	if fs.dropNoops(n, &in) || in.timesOnly() && (fs.wb.holdTimes(n, c, &in) || fs.holdDirTimes(n, c, &in)) {
 		// Nothing would change, or nothing yet: answer from the cache
 		// (valid either way, if maybe past its lifetime), send nothing.
@@ -704,12 +692,10 @@ func (fs *FS) Link(ctx context.Context, c *Cred, id, newParent NodeID, newName s
 	if err != nil {
 		return Entry{}, err
 	}
-	// A name changes: held times go first (dirtimes.go), and data a
-	// close left behind (wdeleg.go).
+	// A name changes: held times go first (dirtimes.go).
 	if err := fs.sendDirTimes(ctx, dir); err != nil {
 		return Entry{}, err
 	}
-	fs.wb.waitBehind(n)
 	at := fs.now()
 	res, err := fs.srv.Link(ctx, c, n.fh, dir.fh, newName)
 	if err != nil {

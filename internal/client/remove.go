@@ -92,12 +92,10 @@ func (fs *FS) remove(ctx context.Context, c *Cred, dir *inode, name string, rmdi
 	if rmdir {
 		op = fs.srv.Rmdir
 	}
-	// A name changes: held times go first (dirtimes.go), and data a
-	// close left behind (wdeleg.go).
+	// A name changes: held times go first (dirtimes.go).
 	if err := fs.sendDirTimes(ctx, dir); err != nil {
 		return err
 	}
-	fs.waitBehindChild(dir, name)
 	var res proto.RemoveRes
 	var err error
 	at := fs.now()
@@ -257,9 +255,6 @@ func (fs *FS) Rename(ctx context.Context, c *Cred, oldParent NodeID, oldName str
 	if err != nil {
 		return err
 	}
-	// Data a close left behind lands before the name moves (wdeleg.go).
-	fs.waitBehindChild(from, oldName)
-	fs.waitBehindChild(to, newName)
 	if victim := fs.childForUnlink(ctx, c, to, newName); victim != nil && fs.openHere(ctx, victim) {
 		if moved := fs.knownChild(from, oldName); moved != victim {
 			if err := fs.sillyRename(ctx, c, to, newName, victim); err != nil {

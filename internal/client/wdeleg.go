@@ -17,24 +17,15 @@ import (
 //     (openDelegated): descriptors count under the delegation, or under an
 //     open of the identity kept past its last close;
 //   - the last close sends no CLOSE (the open is kept until the
-//     delegation goes: dropLocked), no COMMIT and no GETATTR, and does not
-//     wait for the data: close(2) starts its WRITE (one FILE_SYNC WRITE
-//     when it fits, else UNSTABLE ones, committed later), then the times
-//     held for it, and returns (flushBehind; the Linux client's close
-//     under a write delegation does the same). Other NFS clients see the
-//     data at once: the server recalls before their open, and the return
-//     waits for it, writes and commits the rest. It is still sent at the
-//     close, not left to the return, because a process on the server's
-//     own disk that stats the file breaks no lease. Every later flush
-//     (a SETATTR's, fsync's, the return's, unmount's) waits for it, and
-//     so do a stat, open, SETATTR, RENAME, LINK or REMOVE of the file: the
-//     server sees this client's calls of a file in the order they were
-//     made, as with a close that waits (a later WRITE would move the
-//     mtime; an OPEN's reply, run before the WRITE and answered after
-//     it, showed the file without the data; the recall soak read older
-//     versions and empty files before these waited). A
-//     failure reaches the descriptors still open and the log; durability
-//     is fsync's, as on a local disk: fsync writes and COMMITs;
+//     delegation goes: dropLocked), no COMMIT and no GETATTR; it still
+//     writes the data and waits for the reply (one FILE_SYNC WRITE when it
+//     fits, else UNSTABLE ones, committed later). Other NFS clients would
+//     not need it (the server recalls before their open, and the return
+//     writes and commits everything first), but a process on the server's
+//     own disk that stats the file breaks no lease, and a SETATTR after the
+//     close must land after the data (a later WRITE moves the mtime); the
+//     times held for the data go too. Durability is fsync's, as on a local
+//     disk: fsync writes and COMMITs;
 //   - I/O names the delegation's stateid (ioState).
 //
 // Past the delegation's space limit (nfs_space_limit4) the server does
@@ -193,63 +184,4 @@ func (ow *ownerOpen) needLocked() uint32 {
 		}
 	}
 	return need
-}
-
-// flushBehind starts sending n's dirty data, then the times held for it,
-// without waiting (a close under a write delegation). Until both are
-// sent, every other flush of n waits for them (waitBehind).
-func (w *writeback) flushBehind(ctx context.Context, n *inode) {
-	st := peek(n)
-	if st == nil {
-		return
-	}
-	st.mu.Lock()
-	st.behind++
-	st.mu.Unlock()
-	go func() {
-		defer func() {
-			st.mu.Lock()
-			st.behind--
-			st.cond.Broadcast()
-			st.mu.Unlock()
-		}()
-		if err := w.flushDataNow(ctx, n, proto.FileSync, false, false); err != nil {
-			w.fs.logf("hushfs: write-back after the close of node %d: %v", n.id, err)
-			return
-		}
-		if err := w.sendHeldTimes(ctx, n); err != nil {
-			w.fs.logf("hushfs: node %d: %v", n.id, err)
-		}
-	}()
-}
-
-// behindNow reports whether a close's flush of n is running (flushBehind).
-func (w *writeback) behindNow(n *inode) bool {
-	st := peek(n)
-	if st == nil {
-		return false
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.behind > 0
-}
-
-// waitBehind waits for n's flushes started by closes (flushBehind).
-func (w *writeback) waitBehind(n *inode) {
-	st := peek(n)
-	if st == nil {
-		return
-	}
-	st.mu.Lock()
-	for st.behind > 0 {
-		st.cond.Wait()
-	}
-	st.mu.Unlock()
-}
-
-// waitBehindChild is waitBehind for the file name in dir, if known.
-func (fs *FS) waitBehindChild(dir *inode, name string) {
-	if n := fs.knownChild(dir, name); n != nil {
-		fs.wb.waitBehind(n)
-	}
 }

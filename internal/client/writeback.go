@@ -33,7 +33,6 @@ type fileState struct {
 	inflight []extent      // being sent; reads still see them
 	unstable []uncommitted // acknowledged UNSTABLE, not yet committed
 	sending  int           // chunks being sent (queued or WRITE in flight)
-	behind   int           // closes' flushes not waited for (flushBehind), running
 	queue    []queuedChunk // streamed chunks waiting for a streamer
 	streams  int           // streamers running (at most rpcWindow)
 	times    *heldTimes    // times set while data was pending (heldtimes.go)
@@ -453,13 +452,6 @@ func (w *writeback) flushFile(ctx context.Context, n *inode, stable proto.Stable
 // WRITE is needed, or unstable data waits for a COMMIT anyway) and, with
 // commit, makes it all durable.
 func (w *writeback) flushData(ctx context.Context, n *inode, stable proto.Stable, atUnmount, commit bool) error {
-	w.waitBehind(n)
-	return w.flushDataNow(ctx, n, stable, atUnmount, commit)
-}
-
-// flushDataNow is flushData without waiting for closes' flushes running
-// behind (it is what they run).
-func (w *writeback) flushDataNow(ctx context.Context, n *inode, stable proto.Stable, atUnmount, commit bool) error {
 	st := peek(n)
 	if st == nil {
 		return nil
@@ -673,7 +665,7 @@ func (w *writeback) release(n *inode) {
 		return
 	}
 	st.mu.Lock()
-	idle := len(st.dirty) == 0 && st.sending == 0 && st.behind == 0 && len(st.unstable) == 0 && len(st.clean) == 0 && st.times == nil
+	idle := len(st.dirty) == 0 && st.sending == 0 && len(st.unstable) == 0 && len(st.clean) == 0 && st.times == nil
 	st.mu.Unlock()
 	if !idle {
 		return
