@@ -31,8 +31,8 @@ func (s *chmodBeforeWrite) SetAttr(ctx context.Context, c *proto.Cred, fh proto.
 // TestChmodAnsweredAfterWrite: a chmod beside a write, the chmod run by
 // the server first and answered last. Its reply shows the size before
 // the data; the kernel takes a SETATTR reply's size as the file's, and a
-// read right after the write and close returned nothing (the recall
-// soak's empty read of a client's own rewrite). What the chmod returns
+// read right after the write and close returned nothing (6 reads in
+// 12,000 of write, close, read with a chmod beside). What the chmod returns
 // is the newest the client knows: the WRITE's size, with the new mode.
 func TestChmodAnsweredAfterWrite(t *testing.T) {
 	for _, vers := range []string{"vers=3", "vers=4.1"} {
