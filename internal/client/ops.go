@@ -117,23 +117,20 @@ func (fs *FS) noteStale(n *inode, st error) {
 // list (sendOne), so a copied before and the lists read after show
 // neither: the size before the data, which the kernel takes as the
 // file's (a read right after a close returned nothing). So once the
-// lists are read, attributes newer than a cached meanwhile are laid over
-// instead.
+// lists are read, the node's attributes are used instead of a when they
+// are newer (newestAttr): those of a WRITE completed meanwhile, or of a
+// reply answered before the one a came from but run after it.
 func (fs *FS) localAttr(n *inode, a *proto.Attr) Attr {
-	for range 3 {
+	for try := 1; ; try++ {
 		out := attrFromProto(a)
 		fs.wb.localAttrs(n, &out)
 		fs.dirTimesShown(n, &out)
 		newer := fs.newestAttr(n, a)
-		if newer.Ctime == a.Ctime {
+		if try == 3 || newer.Ctime == a.Ctime {
 			return out
 		}
 		a = &newer
 	}
-	out := attrFromProto(a)
-	fs.wb.localAttrs(n, &out)
-	fs.dirTimesShown(n, &out)
-	return out
 }
 
 // entryFor builds the kernel's entry for node n (already referenced). The
@@ -345,8 +342,9 @@ func (fs *FS) setattrRPC(ctx context.Context, c *Cred, n *inode, in SetAttrIn) (
 	if !res.Wcc.After.Present {
 		return fs.GetAttr(ctx, c, n.id)
 	}
-	after := fs.newestAttr(n, &res.Wcc.After.Attr)
-	return fs.localAttr(n, &after), n.attrLeft(fs.now()), nil
+	// localAttr tells the kernel the node's attributes instead if they are
+	// newer (newestAttr).
+	return fs.localAttr(n, &res.Wcc.After.Attr), n.attrLeft(fs.now()), nil
 }
 
 // newestAttr is what the kernel is told a reply's call left: the reply's

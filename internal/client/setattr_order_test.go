@@ -3,8 +3,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 
@@ -37,18 +35,8 @@ func (s *chmodBeforeWrite) SetAttr(ctx context.Context, c *proto.Cred, fh proto.
 func TestChmodAnsweredAfterWrite(t *testing.T) {
 	for _, vers := range []string{"vers=3", "vers=4.1"} {
 		t.Run(vers, func(t *testing.T) {
-			ts := startServer(t)
-			path := filepath.Join(ts.dir, "f")
-			if err := os.WriteFile(path, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			os.Chown(path, int(user.UID), int(user.GID))
-			fs := ts.mount(t, vers)
+			fs, e, _ := userFile(t, vers, nil)
 			ctx := ctxT(t)
-			e, err := fs.Lookup(ctx, user, RootID, "f")
-			if err != nil {
-				t.Fatal(err)
-			}
 			fh, _, err := fs.Open(ctx, user, e.Node, syscall.O_WRONLY)
 			if err != nil {
 				t.Fatal(err)

@@ -44,20 +44,10 @@ func (p *preBeforeWriter) SetAttr(ctx context.Context, c *proto.Cred, fh proto.F
 func TestChmodBesideRewrite(t *testing.T) {
 	for _, vers := range []string{"vers=3", "vers=4.1"} {
 		t.Run(vers, func(t *testing.T) {
-			ts := startServer(t)
-			path := filepath.Join(ts.dir, "f")
 			older := bytes.Repeat([]byte("older version\n"), 60)
 			newer := bytes.Repeat([]byte("newer\n"), 50)
-			if err := os.WriteFile(path, older, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			os.Chown(path, int(user.UID), int(user.GID)) // the test server squashes root: the owner chmods
-			fs := ts.mount(t, vers)
+			fs, e, path := userFile(t, vers, older)
 			ctx := ctxT(t)
-			e, err := fs.Lookup(ctx, root, RootID, "f")
-			if err != nil {
-				t.Fatal(err)
-			}
 			read := func() []byte {
 				t.Helper()
 				fh, _, err := fs.Open(ctx, root, e.Node, syscall.O_RDONLY)
@@ -84,4 +74,24 @@ func TestChmodBesideRewrite(t *testing.T) {
 			}
 		})
 	}
+}
+
+// userFile mounts (vers) a fresh server's export holding one file "f"
+// with content, owned by user (the test server squashes root: the owner
+// chmods), and looks it up: the mount, its entry and its path on the
+// server's disk.
+func userFile(t *testing.T, vers string, content []byte) (*FS, Entry, string) {
+	t.Helper()
+	ts := startServer(t)
+	path := filepath.Join(ts.dir, "f")
+	if err := os.WriteFile(path, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(path, int(user.UID), int(user.GID))
+	fs := ts.mount(t, vers)
+	e, err := fs.Lookup(ctxT(t), user, RootID, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs, e, path
 }
