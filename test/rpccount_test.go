@@ -138,7 +138,8 @@ func TestMountRPCCounts(t *testing.T) {
 		}
 	}
 	if !maps.Equal(got, stats) {
-		t.Errorf("calls on the wire %v, hushfs stats %v", got, stats)
+		t.Errorf("calls on the wire %v, hushfs stats %v; tshark's warnings on the capture (a segment not captured or not reassembled is the capture's fault, not the mount's):\n%s",
+			got, stats, capture.expert(t))
 	}
 	if !maps.Equal(stats, want) {
 		t.Errorf("hushfs stats over all steps %v, want %v", stats, want)
@@ -276,6 +277,20 @@ func splitCRLF(data []byte, atEOF bool) (int, []byte, error) {
 		return len(data), data, nil
 	}
 	return 0, nil, nil
+}
+
+// expert returns tshark's expert information on the capture (segments
+// not captured, reassembly errors, malformed packets), for a failure to
+// say whether the capture or the mount is at fault.
+func (p *pcap) expert(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "tshark", "-r", p.file, "-d", "tcp.port=="+p.port+",rpc", "-q", "-z", "expert,warn").CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("tshark -z expert: %v\n%s", err, out)
+	}
+	return string(out)
 }
 
 // wireCounts is what tshark decoded.

@@ -25,7 +25,15 @@ import (
 const (
 	// pynfsLease is the server's lease time for the run: the tests of lease
 	// expiry sleep a lease and 10 s each, and EID9 needs at least 10 s.
-	pynfsLease = "10s"
+	// More than pynfs's own wait on NFS4ERR_DELAY: its compound() sends a
+	// call answered DELAY 10 times, a second apart, before it returns, and
+	// DELEG8 renews its first client's lease only between such calls (of
+	// its second client's OPEN, held back by the first one's delegation).
+	// With a 10 s lease that client's lease could run out during them, the
+	// server ended it, and the READ expecting DELEG_REVOKED got BADSESSION
+	// (2 CI runs in about 15; DELEG8 alone with 3 busy loops beside it: 2
+	// runs of 8 at 10 s, each after "let its lease expire"; 0 of 8 at 15 s).
+	pynfsLease = "15s"
 	// pynfsLimit bounds the whole run (about 2 minutes, most of it the
 	// lease tests' sleeps).
 	pynfsLimit = 6 * time.Minute
