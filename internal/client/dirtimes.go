@@ -130,7 +130,10 @@ func (fs *FS) sendDirTimesOf(ctx context.Context, dir *inode) error {
 	if h == nil {
 		return nil
 	}
-	_, _, err := fs.setattrRPC(ctx, &h.cred, dir, SetAttrIn{Atime: h.atime, Mtime: h.mtime})
+	in := SetAttrIn{Atime: h.atime, Mtime: h.mtime}
+	done := fs.sendingTimes(dir, &in, h)
+	_, _, err := fs.setattrRPC(ctx, &h.cred, dir, in)
+	done()
 	switch {
 	case err == nil:
 		return nil

@@ -1,11 +1,15 @@
 package client
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"hushfs/internal/proto"
 )
 
 // madeDir makes dir "d" in the export's root as user, with a file in it
@@ -164,5 +168,57 @@ func TestDirTimesAtUnmount(t *testing.T) {
 	}
 	if m := serverMtime(t, ts, "d2"); m != tarMtime.Sec {
 		t.Errorf("after unmount the server's mtime is %d, want %d", m, tarMtime.Sec)
+	}
+}
+
+// holdSetAttr holds every SETATTR until released, telling held once the
+// first is on its way.
+type holdSetAttr struct {
+	proto.Server
+	held, release chan struct{}
+	once          sync.Once
+}
+
+func (h *holdSetAttr) SetAttr(ctx context.Context, c *proto.Cred, fh proto.FH, in proto.SetAttrs) (proto.WccRes, error) {
+	h.once.Do(func() { close(h.held) })
+	<-h.release
+	return h.Server.SetAttr(ctx, c, fh, in)
+}
+
+// TestDirTimesShownWhileSent: while the SETATTR carrying a directory's
+// held times is on its way (the hold ended), stat still shows those
+// times, not the cached ones from before the utimensat (pjdfstest's
+// utimensat/00.t read them back as the directory's creation time).
+func TestDirTimesShownWhileSent(t *testing.T) {
+	ts := startServer(t)
+	fs := ts.mount(t, "")
+	fs.dirHold = 50 * time.Millisecond
+	d := madeDir(t, ts, fs)
+	h := &holdSetAttr{Server: fs.srv, held: make(chan struct{}), release: make(chan struct{})}
+	fs.srv = h
+	setMtime(t, fs, user, d)
+	select {
+	case <-h.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held times were not sent when their hold ended")
+	}
+	n, _ := fs.node(d)
+	n.mu.Lock()
+	n.attrTime = time.Time{} // expired: the stat looks at the cache as it is
+	n.mu.Unlock()
+	a, _, err := fs.GetAttr(ctxT(t), user, d)
+	close(h.release)
+	if err != nil || a.Mtime != tarMtime {
+		t.Errorf("stat while the held times are on their way: %v, mtime %v, want %v", err, a.Mtime, tarMtime)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for serverMtime(t, ts, "d") != tarMtime.Sec {
+		if time.Now().After(deadline) {
+			t.Fatal("the times never reached the server")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if a, _, err := fs.GetAttr(ctxT(t), user, d); err != nil || a.Mtime != tarMtime {
+		t.Errorf("stat after: %v, mtime %v", err, a.Mtime)
 	}
 }

@@ -134,7 +134,10 @@ func (w *writeback) sendHeldTimes(ctx context.Context, n *inode) error {
 	if h == nil {
 		return nil
 	}
-	_, _, err := w.fs.setattrRPC(ctx, &h.cred, n, SetAttrIn{Atime: h.atime, Mtime: h.mtime})
+	in := SetAttrIn{Atime: h.atime, Mtime: h.mtime}
+	done := w.fs.sendingTimes(n, &in, h)
+	_, _, err := w.fs.setattrRPC(ctx, &h.cred, n, in)
+	done()
 	switch {
 	case err == nil:
 		return nil
@@ -148,6 +151,63 @@ func (w *writeback) sendHeldTimes(ctx context.Context, n *inode) error {
 	st.setErrLocked(err)
 	st.mu.Unlock()
 	return err
+}
+
+// sendingTimes marks the times of in, a SETATTR about to carry held times
+// (held: a file's or a directory's, nil if none), as on their way: until
+// done, stat shows them over the cached attributes, which are from before
+// the SETATTR, as it showed the held times before. Without, a stat while
+// the SETATTR was on its way showed the times from before the utimensat
+// that had returned (pjdfstest utimensat/00.t on a directory made here,
+// its times sent when their hold ended).
+func (fs *FS) sendingTimes(n *inode, in *SetAttrIn, held ...*heldTimes) (done func()) {
+	now := fs.now()
+	shown := func(t SetTime, heldShown func(*heldTimes) (SetTime, Timespec)) Timespec {
+		for _, h := range held {
+			if h == nil {
+				continue
+			}
+			if ht, s := heldShown(h); ht == t {
+				return s
+			}
+		}
+		if t.How == TimeNow {
+			return Timespec{Sec: now.Unix(), Nsec: uint32(now.Nanosecond())}
+		}
+		return t.Time
+	}
+	h := &heldTimes{atime: in.Atime, mtime: in.Mtime}
+	if in.Atime.How != TimeOmit {
+		h.shownA = shown(in.Atime, func(h *heldTimes) (SetTime, Timespec) { return h.atime, h.shownA })
+	}
+	if in.Mtime.How != TimeOmit {
+		h.shownM = shown(in.Mtime, func(h *heldTimes) (SetTime, Timespec) { return h.mtime, h.shownM })
+	}
+	n.mu.Lock()
+	n.sendingTimes = h
+	n.mu.Unlock()
+	return func() {
+		n.mu.Lock()
+		if n.sendingTimes == h {
+			n.sendingTimes = nil
+		}
+		n.mu.Unlock()
+	}
+}
+
+// sendingShown lays the times of a SETATTR on its way (sendingTimes) over
+// a; times held since lie over those (localAttr).
+func (fs *FS) sendingShown(n *inode, a *Attr) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if h := n.sendingTimes; h != nil {
+		if h.atime.How != TimeOmit {
+			a.Atime = h.shownA
+		}
+		if h.mtime.How != TimeOmit {
+			a.Mtime = h.shownM
+		}
+	}
 }
 
 // localAttrs lays over a what the server does not know yet: the file is as

@@ -92,6 +92,9 @@ type inode struct {
 	sillyName string
 	// dirTimes: a directory's times held briefly (dirtimes.go).
 	dirTimes *heldDir
+	// sendingTimes: the times of a SETATTR on its way that held times
+	// went into, shown until it is answered (heldtimes.go: sendingTimes).
+	sendingTimes *heldTimes
 	// file is the write-back state of a regular file; nil until first written.
 	file *fileState
 	// changes counts our changes to the file's data (writes, truncates),

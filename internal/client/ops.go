@@ -123,6 +123,7 @@ func (fs *FS) noteStale(n *inode, st error) {
 func (fs *FS) localAttr(n *inode, a *proto.Attr) Attr {
 	for try := 1; ; try++ {
 		out := attrFromProto(a)
+		fs.sendingShown(n, &out)
 		fs.wb.localAttrs(n, &out)
 		fs.dirTimesShown(n, &out)
 		newer := fs.newestAttr(n, a)
@@ -267,6 +268,9 @@ func (fs *FS) SetAttr(ctx context.Context, c *Cred, id NodeID, in SetAttrIn) (At
 	held, dirHeld := fs.wb.takeTimes(n), fs.takeDirTimes(n)
 	in.mergeHeld(held)
 	in.mergeHeld(dirHeld)
+	if held != nil || dirHeld != nil {
+		defer fs.sendingTimes(n, &in, held, dirHeld)()
+	}
 	if in.SetSize || in.Atime.How != TimeOmit || in.Mtime.How != TimeOmit {
 		// Never abandoned half-way (see await): the data would be lost.
 		flush := func(ctx context.Context) error { return fs.wb.flushOrdered(ctx, n) }
