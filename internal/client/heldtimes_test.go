@@ -225,3 +225,48 @@ func TestHeldTimesAge(t *testing.T) {
 	}
 	fs.Release(ctx, fh)
 }
+
+// TestHeldTimesShownWhileSent: a file's times held behind its data go out
+// with a chmod's SETATTR; while that SETATTR is on its way, stat shows
+// them, and after it too, even if a GETATTR sent meanwhile ran first.
+func TestHeldTimesShownWhileSent(t *testing.T) {
+	ts := startServer(t)
+	fs := ts.mount(t, "")
+	ctx := ctxT(t)
+	e, fh := createWritten(t, ts, fs, "f", bytes.Repeat([]byte("y"), 5000))
+	mtime := Timespec{Sec: 1_000_000_000, Nsec: 7}
+	if _, _, err := fs.SetAttr(ctx, user, e.Node, SetAttrIn{Mtime: SetTime{How: TimeSet, Time: mtime}}); err != nil {
+		t.Fatal(err)
+	}
+	h := &holdSetAttr{Server: fs.srv, held: make(chan struct{}), release: make(chan struct{})}
+	fs.srv = h
+	chmod := make(chan error, 1)
+	go func() {
+		_, _, err := fs.SetAttr(ctx, user, e.Node, SetAttrIn{SetMode: true, Mode: 0o600})
+		chmod <- err
+	}()
+	select {
+	case <-h.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the chmod's SETATTR never came")
+	}
+	n, _ := fs.node(e.Node)
+	n.mu.Lock()
+	n.attrTime = time.Time{}
+	n.mu.Unlock()
+	a, _, err := fs.GetAttr(ctx, user, e.Node)
+	close(h.release)
+	if err != nil || a.Mtime != mtime {
+		t.Errorf("stat while the held times are on their way: %v, mtime %v, want %v", err, a.Mtime, mtime)
+	}
+	if err := <-chmod; err != nil {
+		t.Fatal(err)
+	}
+	if a, _, err := fs.GetAttr(ctx, user, e.Node); err != nil || a.Mtime != mtime || a.Mode&0o777 != 0o600 {
+		t.Errorf("stat after: %v, mtime %v mode %o", err, a.Mtime, a.Mode&0o777)
+	}
+	fs.Release(ctx, fh)
+	if st := serverStat(t, ts, "f"); st.Mtim.Sec != mtime.Sec || st.Mode&0o777 != 0o600 {
+		t.Errorf("on the server: mtime %v mode %o", st.Mtim, st.Mode&0o777)
+	}
+}
