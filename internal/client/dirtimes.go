@@ -193,11 +193,6 @@ func (fs *FS) dirTimesShown(n *inode, a *Attr) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if h := n.dirTimes; h != nil {
-		if h.atime.How != TimeOmit {
-			a.Atime = h.shownA
-		}
-		if h.mtime.How != TimeOmit {
-			a.Mtime = h.shownM
-		}
+		h.showOn(a)
 	}
 }

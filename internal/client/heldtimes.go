@@ -200,13 +200,20 @@ func (fs *FS) sendingTimes(n *inode, in *SetAttrIn, held ...*heldTimes) (done fu
 func (fs *FS) sendingShown(n *inode, a *Attr) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if h := n.sendingTimes; h != nil {
-		if h.atime.How != TimeOmit {
-			a.Atime = h.shownA
-		}
-		if h.mtime.How != TimeOmit {
-			a.Mtime = h.shownM
-		}
+	n.sendingTimes.showOn(a)
+}
+
+// showOn lays the times h holds (h may be nil: none) over a, as stat
+// shows them.
+func (h *heldTimes) showOn(a *Attr) {
+	if h == nil {
+		return
+	}
+	if h.atime.How != TimeOmit {
+		a.Atime = h.shownA
+	}
+	if h.mtime.How != TimeOmit {
+		a.Mtime = h.shownM
 	}
 }
 
@@ -224,12 +231,5 @@ func (w *writeback) localAttrs(n *inode, a *Attr) {
 		end = max(end, st.inflight[i].end())
 	}
 	a.Size = max(a.Size, end)
-	if h := st.times; h != nil {
-		if h.atime.How != TimeOmit {
-			a.Atime = h.shownA
-		}
-		if h.mtime.How != TimeOmit {
-			a.Mtime = h.shownM
-		}
-	}
+	st.times.showOn(a)
 }
