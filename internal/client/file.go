@@ -111,7 +111,8 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	}
 	var share uint32
 	var first *firstRead
-	var gen uint64 // n.dataGen when the OPEN was sent
+	var gen uint64  // n.dataGen when the OPEN was sent
+	counted := true // n.opening counts this open
 	if fs.opener != nil {
 		// An OPEN, with the attributes and rights (openstate.go).
 		n.mu.Lock()
@@ -120,29 +121,43 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 		if share, first, err = fs.openState(ctx, c, n, flags); err != nil {
 			return 0, false, err
 		}
-	} else if fs.opts.CTO && !trunc {
-		if err := fs.openCheck(ctx, c, n, accessForOpen(flags)); err != nil {
-			return 0, false, err
-		}
+		counted = share != 0
 	} else {
-		if _, err := fs.attrOrFetch(ctx, c, n); err != nil {
-			return 0, false, err
+		// As openState does: a change the revalidation finds is told to
+		// the kernel by this open's reply (no FOPEN_KEEP_CACHE, the
+		// attributes invalidated), not by a notification queued behind
+		// it. Arriving after the reply, that notification moved the
+		// kernel's attribute version while it fetched the attributes for
+		// its first read, and it dropped them: it read on with the size
+		// from before another client's truncate, and its short reads left
+		// it a size past the new end (TestFSX/ganesha read one byte more).
+		n.mu.Lock()
+		n.opening++
+		gen = n.dataGen
+		n.mu.Unlock()
+		if fs.opts.CTO && !trunc {
+			err = fs.openCheck(ctx, c, n, accessForOpen(flags))
+		} else if _, err = fs.attrOrFetch(ctx, c, n); err == nil {
+			err = fs.Access(ctx, c, id, accessForOpen(flags))
 		}
-		if err := fs.Access(ctx, c, id, accessForOpen(flags)); err != nil {
+		if err != nil {
+			fs.openFailed(n, gen)
 			return 0, false, err
 		}
 	}
 	if trunc {
 		if _, _, err := fs.truncateOnOpen(ctx, c, n); err != nil {
-			if share != 0 {
+			if counted {
 				fs.openFailed(n, gen)
+			}
+			if share != 0 {
 				fs.closeState(ctx, &openFile{node: n, cred: *c, share: share})
 			}
 			return 0, false, err
 		}
 	}
 	n.mu.Lock()
-	if share != 0 {
+	if counted {
 		n.opening-- // the reply tells the kernel (openState)
 	}
 	// The OPEN's data is the version its attributes describe: kept only if
