@@ -46,12 +46,6 @@ func (fs *FS) holdDirTimes(n *inode, c *Cred, in *SetAttrIn) bool {
 		return false
 	}
 	now := fs.now()
-	shown := func(t SetTime) Timespec {
-		if t.How == TimeNow {
-			return Timespec{Sec: now.Unix(), Nsec: uint32(now.Nanosecond())}
-		}
-		return t.Time
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.attrValid || n.attr.Type != proto.TypeDir || n.attr.UID != c.UID || n.list == nil || !n.list.made {
@@ -64,10 +58,10 @@ func (fs *FS) holdDirTimes(n *inode, c *Cred, in *SetAttrIn) bool {
 		h.timer = time.AfterFunc(fs.dirHold, func() { fs.dirHoldEnded(n) })
 	}
 	if in.Atime.How != TimeOmit {
-		h.atime, h.shownA = in.Atime, shown(in.Atime)
+		h.atime, h.shownA = in.Atime, shownTime(in.Atime, now)
 	}
 	if in.Mtime.How != TimeOmit {
-		h.mtime, h.shownM = in.Mtime, shown(in.Mtime)
+		h.mtime, h.shownM = in.Mtime, shownTime(in.Mtime, now)
 	}
 	h.cred = Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)}
 	fs.dirTimesMu.Lock()

@@ -47,12 +47,6 @@ func (w *writeback) holdTimes(n *inode, c *Cred, in *SetAttrIn) bool {
 		return false
 	}
 	now := w.fs.now()
-	shown := func(t SetTime) Timespec {
-		if t.How == TimeNow {
-			return Timespec{Sec: now.Unix(), Nsec: uint32(now.Nanosecond())}
-		}
-		return t.Time
-	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if len(st.dirty) == 0 && len(st.inflight) == 0 {
@@ -64,10 +58,10 @@ func (w *writeback) holdTimes(n *inode, c *Cred, in *SetAttrIn) bool {
 		st.times = h
 	}
 	if in.Atime.How != TimeOmit {
-		h.atime, h.shownA = in.Atime, shown(in.Atime)
+		h.atime, h.shownA = in.Atime, shownTime(in.Atime, now)
 	}
 	if in.Mtime.How != TimeOmit {
-		h.mtime, h.shownM = in.Mtime, shown(in.Mtime)
+		h.mtime, h.shownM = in.Mtime, shownTime(in.Mtime, now)
 	}
 	h.cred = Cred{UID: c.UID, GID: c.GID, Groups: append([]uint32(nil), c.Groups...)}
 	return true
@@ -162,26 +156,15 @@ func (w *writeback) sendHeldTimes(ctx context.Context, n *inode) error {
 // its times sent when their hold ended).
 func (fs *FS) sendingTimes(n *inode, in *SetAttrIn, held ...*heldTimes) (done func()) {
 	now := fs.now()
-	shown := func(t SetTime, heldShown func(*heldTimes) (SetTime, Timespec)) Timespec {
-		for _, h := range held {
-			if h == nil {
-				continue
-			}
-			if ht, s := heldShown(h); ht == t {
-				return s
-			}
+	h := &heldTimes{atime: in.Atime, mtime: in.Mtime, shownA: shownTime(in.Atime, now), shownM: shownTime(in.Mtime, now)}
+	for _, p := range held {
+		// A time that was held shows as it did while held.
+		if p != nil && p.atime.How != TimeOmit && p.atime == in.Atime {
+			h.shownA = p.shownA
 		}
-		if t.How == TimeNow {
-			return Timespec{Sec: now.Unix(), Nsec: uint32(now.Nanosecond())}
+		if p != nil && p.mtime.How != TimeOmit && p.mtime == in.Mtime {
+			h.shownM = p.shownM
 		}
-		return t.Time
-	}
-	h := &heldTimes{atime: in.Atime, mtime: in.Mtime}
-	if in.Atime.How != TimeOmit {
-		h.shownA = shown(in.Atime, func(h *heldTimes) (SetTime, Timespec) { return h.atime, h.shownA })
-	}
-	if in.Mtime.How != TimeOmit {
-		h.shownM = shown(in.Mtime, func(h *heldTimes) (SetTime, Timespec) { return h.mtime, h.shownM })
 	}
 	n.mu.Lock()
 	n.sendingTimes = h
@@ -201,6 +184,14 @@ func (fs *FS) sendingShown(n *inode, a *Attr) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.sendingTimes.showOn(a)
+}
+
+// shownTime is what stat shows for a time t set at now.
+func shownTime(t SetTime, now time.Time) Timespec {
+	if t.How == TimeNow {
+		return Timespec{Sec: now.Unix(), Nsec: uint32(now.Nanosecond())}
+	}
+	return t.Time
 }
 
 // showOn lays the times h holds (h may be nil: none) over a, as stat
