@@ -48,18 +48,19 @@ const (
 type walker struct {
 	mu sync.Mutex
 	// GUARDED_BY(mu)
-	session  uint64    // the current walk (0: none yet); numbers never reused
-	start    time.Time // when the directory it began at was enumerated
-	last     time.Time // its last visit
-	visits   int       // directories it visited
-	lists    int       // distinct directories it listed (enumerated)
-	issued   int       // directories read ahead for it
-	inflight int       // read-ahead passes under way (any walk)
-	queue    []NodeID  // directories to read ahead, the next first
-	unlisted []NodeID  // never-listed ones held until the walk has listed walkListsFresh
+	session  uint64     // the current walk (0: none yet); numbers never reused
+	start    time.Time  // when the directory it began at was enumerated
+	last     time.Time  // its last visit
+	visits   int        // directories it visited
+	lists    int        // distinct directories it listed (enumerated)
+	issued   int        // directories read ahead for it
+	inflight int        // read-ahead passes under way (any walk)
+	queue    []aheadDir // directories to read ahead, in the walk's preorder (walkorder.go)
+	unlisted []aheadDir // never-listed ones held until the walk has listed walkListsFresh
 	queued   map[NodeID]bool
-	held     []NodeID // nodes made to read directories ahead (walkhold.go)
-	cred     Cred     // the identity read-ahead is sent with: the walker's
+	keys     map[NodeID]walkKey // directories' places in the preorder, as far as worked out
+	held     []NodeID           // nodes made to read directories ahead (walkhold.go)
+	cred     Cred               // the identity read-ahead is sent with: the walker's
 }
 
 // visitDir records the kernel's interest in dir — a listing pass (enum),
@@ -128,6 +129,7 @@ func (fs *FS) visitDirShown(c *Cred, dir *inode, enum, shown bool) bool {
 			w.start, w.visits, w.issued, w.lists = penum, 0, 0, 0
 			w.queue, w.unlisted = w.queue[:0], w.unlisted[:0]
 			clear(w.queued)
+			clear(w.keys)
 		}
 		in, began = true, true
 	}
@@ -143,8 +145,7 @@ func (fs *FS) visitDirShown(c *Cred, dir *inode, enum, shown bool) bool {
 			if w.lists++; w.lists == walkListsFresh {
 				// A walk through directories never listed (grep -r, find
 				// on a fresh mount): read those ahead too, the held first.
-				w.queue = append(w.unlisted, w.queue...)
-				w.unlisted = nil
+				w.dueLocked()
 			}
 		}
 		w.cred = Cred{UID: c.UID, GID: c.GID, Groups: append(w.cred.Groups[:0:0], c.Groups...)}
@@ -165,9 +166,20 @@ func (fs *FS) visitDirShown(c *Cred, dir *inode, enum, shown bool) bool {
 	dir.mu.Unlock()
 	if began {
 		// Where the walk goes next: into dir, then on through its
-		// parent's other subdirectories.
-		fs.enqueue(fs.subdirs(dir), true)
-		fs.enqueue(slices.DeleteFunc(fs.subdirs(p), func(id NodeID) bool { return id == dir.id }), false)
+		// parent's other subdirectories, and those of every directory
+		// the walk came down through (each enumerated shortly before its
+		// child: chain), all in the walk's preorder. grep -r enters a
+		// directory holding only a directory, and that one's, before it
+		// opens anything: the walk shows two levels below the root, and
+		// the root's other subdirectories are where it goes after.
+		fs.enqueueSubdirs(dir, 0)
+		for q, kid, up := p, dir, max(chain-1, 1); q != nil && q != kid && up > 0; up-- {
+			fs.enqueueSubdirs(q, kid.id)
+			q.mu.Lock()
+			pp := q.parent
+			q.mu.Unlock()
+			q, kid = fs.nodes.get(pp), q
+		}
 	}
 	if in {
 		fs.pump()
@@ -233,8 +245,7 @@ func (fs *FS) walkRead(c *Cred, n *inode) {
 		return
 	}
 	w.lists = walkListsFresh
-	w.queue = append(w.unlisted, w.queue...)
-	w.unlisted = nil
+	w.dueLocked()
 	w.mu.Unlock()
 	fs.pump()
 }
@@ -278,14 +289,10 @@ func (fs *FS) refreshed(dir *inode, ahead bool, err error) {
 	inWalk := dir.bulk != nil && (dir.bulk.walkSeen == session || dir.bulk.aheadIn == session)
 	dir.mu.Unlock()
 	if err == nil && inWalk {
-		// Subdirectories of one read ahead are further from the walk
-		// than what it queued before (walkhold.go): behind them.
-		front := true
 		if ahead {
 			fs.holdSubdirs(dir, session)
-			front = false
 		}
-		fs.enqueue(fs.subdirs(dir), front)
+		fs.enqueueSubdirs(dir, 0)
 	}
 	fs.pump()
 }
@@ -314,20 +321,18 @@ func (fs *FS) walkOn(dir *inode, fromServer bool) {
 	if on {
 		// The kernel holds dir's subdirectories now: what their listings
 		// read ahead name, two levels below them, is read ahead too.
-		subs := fs.subdirs(dir)
-		var deeper []NodeID
-		for _, id := range subs {
+		fs.enqueueSubdirs(dir, 0)
+		for _, id := range fs.subdirs(dir) {
 			if n := fs.nodes.get(id); n != nil {
 				fs.holdSubdirs(n, session)
 				for _, id2 := range fs.subdirs(n) {
 					if n2 := fs.nodes.get(id2); n2 != nil {
 						fs.holdSubdirs(n2, session)
 					}
-					deeper = append(deeper, id2)
 				}
+				fs.enqueueSubdirs(n, 0)
 			}
 		}
-		fs.enqueue(append(subs, deeper...), true)
 		fs.pump()
 	}
 }
@@ -389,36 +394,41 @@ func (fs *FS) subdirs(dir *inode) []NodeID {
 	return out
 }
 
-// enqueue adds directories to read ahead: at the front (next, in the
-// given order) or at the back. Past aheadQueue the furthest are dropped.
-func (fs *FS) enqueue(ids []NodeID, front bool) {
+// enqueueSubdirs adds dir's subdirectories (but skip) to read ahead, each
+// at its place in the walk's preorder. Past aheadQueue the furthest are
+// dropped.
+func (fs *FS) enqueueSubdirs(dir *inode, skip NodeID) {
+	ids, keys := fs.subdirKeys(dir, skip)
 	w := &fs.walk
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.queued == nil {
 		w.queued = map[NodeID]bool{}
 	}
-	var add []NodeID
-	for _, id := range ids {
+	for i, id := range ids {
 		if !w.queued[id] {
 			w.queued[id] = true
-			add = append(add, id)
-		} else if front {
-			// Wanted sooner than when it was queued: moved up.
-			if i := slices.Index(w.queue, id); i >= 0 {
-				w.queue = slices.Delete(w.queue, i, i+1)
-				add = append(add, id)
-			}
+			w.insertLocked(aheadDir{id, keys[i]})
 		}
 	}
-	if front {
-		w.queue = append(add, w.queue...)
-	} else {
-		w.queue = append(w.queue, add...)
+	w.trimLocked()
+}
+
+// dueLocked queues the never-listed directories held back: the walk goes
+// through such directories. w.mu is held.
+func (w *walker) dueLocked() {
+	for _, d := range w.unlisted {
+		w.insertLocked(d)
 	}
+	w.unlisted = nil
+	w.trimLocked()
+}
+
+// trimLocked drops the furthest past aheadQueue. w.mu is held.
+func (w *walker) trimLocked() {
 	if len(w.queue) > aheadQueue {
-		for _, id := range w.queue[aheadQueue:] {
-			delete(w.queued, id)
+		for _, d := range w.queue[aheadQueue:] {
+			delete(w.queued, d.id)
 		}
 		w.queue = w.queue[:aheadQueue]
 	}
@@ -442,7 +452,8 @@ func (fs *FS) pump() {
 			fs.releaseHeld(false)
 			return
 		}
-		id := w.queue[0]
+		d := w.queue[0]
+		id := d.id
 		w.queue = w.queue[1:]
 		delete(w.queued, id)
 		session := w.session
@@ -462,10 +473,10 @@ func (fs *FS) pump() {
 		w.issued--
 		if hold && w.session == session && len(w.unlisted) < aheadQueue {
 			if w.lists >= walkListsFresh {
-				w.queue = append(w.queue, id) // became due meanwhile
+				w.insertLocked(d) // became due meanwhile
 				w.queued[id] = true
 			} else {
-				w.unlisted = append(w.unlisted, id)
+				w.unlisted = append(w.unlisted, d)
 			}
 		}
 		w.mu.Unlock()
