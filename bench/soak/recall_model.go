@@ -162,7 +162,8 @@ func (f *fileModel) checkRead(rs readStart, got string) string {
 				return "" // an overlapping truncate's prefix, equal to an older version
 			}
 			if v < rs.floor {
-				return fmt.Sprintf("stale read: version %d (%s), but version %d's (%s) close had returned before the open", v, f.by[v], rs.floor, f.by[rs.floor])
+				return fmt.Sprintf("stale read: version %d (%s), but version %d's (%s) close had returned before the open (%s)",
+					v, f.by[v], rs.floor, f.by[rs.floor], f.timesLocked(v, rs))
 			}
 			return ""
 		}
@@ -258,30 +259,31 @@ func lastLine(s string) string {
 // client's open in between is served by its delegation or cached name.
 const localRenameWindow = time.Second
 
-// localRenamesLocked reports whether every version after v up to the
-// reader's floor was a local rename within localRenameWindow before the
-// read began, or a client's rewrite that may have gone to the file such a
-// rename replaced (lostToRenameLocked), and counts the read as late if so.
+// localRenamesLocked reports whether the read of version v, older than
+// the reader's floor, read the file a local rename had just replaced: the
+// first version after v that is not a client's rewrite gone to that file
+// (lostToRenameLocked) is a local rename within localRenameWindow before
+// the read began. What came after that rename (a local append, another
+// rename, a client's write) went to the file that replaced it, which the
+// reader did not reach; the read is counted as late. A floor made of such
+// lost rewrites alone is fine too (counted as such).
 //
 // LOCKS_REQUIRED(f.stateMu)
 func (f *fileModel) localRenamesLocked(v int, rs readStart) bool {
-	renamed := false
-	for w := v + 1; w <= rs.floor; w++ {
-		if f.lostToRenameLocked(w) {
-			continue
-		}
-		at, ok := f.at[w]
-		if !ok || f.by[w] != "local rename" || rs.at.Sub(at) > localRenameWindow {
-			return false
-		}
-		renamed = true
+	w := v + 1
+	for w <= rs.floor && f.lostToRenameLocked(w) {
+		w++
 	}
-	if renamed {
-		f.lateReads++
-		f.maxLag = max(f.maxLag, rs.at.Sub(f.at[v+1]))
-	} else {
+	if w > rs.floor {
 		f.lostWrites++
+		return true
 	}
+	at, ok := f.at[w]
+	if !ok || f.by[w] != "local rename" || rs.at.Sub(at) > localRenameWindow {
+		return false
+	}
+	f.lateReads++
+	f.maxLag = max(f.maxLag, rs.at.Sub(at))
 	return true
 }
 
@@ -363,4 +365,18 @@ func (f *fileModel) renameRace(rs readStart) bool {
 		f.renameErrs++
 	}
 	return race
+}
+
+// timesLocked tells when the versions from v on were begun and closed,
+// and when the read rs began: what tracing a stale read starts from.
+func (f *fileModel) timesLocked(v int, rs readStart) string {
+	var parts []string
+	for u := v; u <= f.latest && len(parts) < 4; u++ {
+		if at, ok := f.at[u]; ok {
+			parts = append(parts, fmt.Sprintf("v%d %s began %s closed %s", u, f.by[u],
+				f.began[u].Format("15:04:05.000000"), at.Format("15:04:05.000000")))
+		}
+	}
+	parts = append(parts, "read began "+rs.at.Format("15:04:05.000000"))
+	return strings.Join(parts, "; ")
 }

@@ -83,3 +83,41 @@ func TestRecallModelHalfLostWrite(t *testing.T) {
 		t.Errorf("current content %q, want what the name holds", cur)
 	}
 }
+
+// A local append right after a local rename over the file goes to the
+// file that replaced it: a client that still reached the replaced file
+// (within the window: the server hears of the rename only after it) read
+// that file's last version, not a stale one of the new file. Past the
+// window, or with a client's version between, the same read is stale.
+func TestRecallModelAppendAfterLocalRename(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		after time.Duration // the read, after the rename
+		mid   bool          // a client's rewrite before the rename
+		stale bool
+	}{
+		{"within the window", 600 * time.Microsecond, false, false},
+		{"past the window", 2 * localRenameWindow, false, true},
+		{"a client's version before the rename", 600 * time.Microsecond, true, true},
+	} {
+		m := newRecallModel(1)
+		f := m.files[0]
+		t0 := time.Unix(1e9, 0)
+		write := func(by string, at time.Duration) string {
+			v := f.beginWrite(t0.Add(at))
+			content := lines(f, v, by, 2)
+			f.endWrite(v, content, by, true, t0.Add(at))
+			return content
+		}
+		old := write("client A rename", 0)
+		if c.mid {
+			write("client B rewrite", 500*time.Millisecond)
+		}
+		write("local rename", time.Second)
+		write("local append", time.Second+50*time.Microsecond)
+		msg := f.checkRead(f.beginRead(t0.Add(time.Second+c.after)), old)
+		if got := strings.Contains(msg, "stale read"); got != c.stale {
+			t.Errorf("%s: the replaced file's version read: %q, stale %v", c.name, msg, c.stale)
+		}
+	}
+}
