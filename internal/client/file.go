@@ -25,6 +25,10 @@ type openFile struct {
 	// flushed: a close(2) of a descriptor of it was seen (FLUSH); its
 	// RELEASE is likely on its way (openHere).
 	flushed atomic.Bool
+	// dropping: its open told the kernel to drop the file's pages, and
+	// the kernel has not used the descriptor since (counted in
+	// node.dropping; Open).
+	dropping atomic.Bool
 }
 
 // takeErrLocked returns a write-back error this descriptor has not yet
@@ -69,12 +73,23 @@ func (fs *FS) addOpenFile(n *inode, flags uint32, c *Cred, share uint32) *openFi
 
 func (fs *FS) openFile(fh uint64) (*openFile, error) {
 	fs.openMu.Lock()
-	defer fs.openMu.Unlock()
 	of := fs.files[fh]
+	fs.openMu.Unlock()
 	if of == nil {
 		return nil, syscall.EBADF
 	}
+	fs.pastOpen(of)
 	return of, nil
+}
+
+// pastOpen is told that the kernel uses of (a request on it): it is past
+// its open, whose dropping of the kernel's pages (Open) is done.
+func (fs *FS) pastOpen(of *openFile) {
+	if of.dropping.Load() && of.dropping.CompareAndSwap(true, false) {
+		of.node.mu.Lock()
+		of.node.dropping--
+		of.node.mu.Unlock()
+	}
 }
 
 // accessForOpen returns the ACCESS bits an open with these flags needs.
@@ -166,12 +181,23 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 	// answered first with the next version, would lend its data to that
 	// version: the kernel read the old bytes up to the new size).
 	firstOK := first != nil && n.dataGen == first.gen && sameVersion(&n.attr, &first.attr)
-	keepCache = n.dataValid
-	if !keepCache {
+	// The kernel's pages are this version's only once an open that told
+	// it to drop them is past: the kernel drops them as that open returns
+	// to its caller. Two opens at once (both OPENs on their way, the
+	// second answered by the delegation the first brought) had the first
+	// find the change and the second, told to keep the pages, answered
+	// first: its reader read the version before another client's close
+	// from the kernel's pages (the recall soak, with its two readers per
+	// client).
+	keepCache = n.dataValid && n.dropping == 0
+	if !n.dataValid {
 		// From now on the kernel's pages are read from this version; what
 		// we kept of earlier versions (clean data, known holes) is not.
 		n.dataValid, n.dataMtime, n.dataSize = true, n.attr.Mtime, n.attr.Size
 		n.dataGen++
+	}
+	if !keepCache {
+		n.dropping++
 	}
 	dataGen := n.dataGen
 	n.mu.Unlock()
@@ -179,7 +205,9 @@ func (fs *FS) Open(ctx context.Context, c *Cred, id NodeID, flags uint32) (fh ui
 		// The kernel's first read is then answered without a READ.
 		fs.wb.keepRead(n, dataGen, dataGen, first.changes, 0, first.data)
 	}
-	return fs.addOpenFile(n, flags, c, share).id, keepCache, nil
+	of := fs.addOpenFile(n, flags, c, share)
+	of.dropping.Store(!keepCache)
+	return of.id, keepCache, nil
 }
 
 // openCheck is an open's close-to-open revalidation and permission check.
@@ -513,6 +541,7 @@ func (fs *FS) Release(ctx context.Context, fh uint64) {
 	if of == nil {
 		return
 	}
+	fs.pastOpen(of)
 	fs.await(ctx, func(ctx context.Context) error {
 		fs.release(ctx, of)
 		return nil

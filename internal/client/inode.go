@@ -87,6 +87,10 @@ type inode struct {
 	// opening counts v4.1 opens under way, which tell the kernel of a
 	// change they find themselves (openstate.go: openState).
 	opening int
+	// dropping counts descriptors whose open told the kernel to drop its
+	// pages (no FOPEN_KEEP_CACHE) and which the kernel has not used since
+	// (file.go: Open): until it does, its pages may be the old version's.
+	dropping int
 	// removeName: after a silly rename, the name to remove at last close.
 	sillyDir  NodeID
 	sillyName string

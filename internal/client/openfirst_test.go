@@ -202,3 +202,70 @@ func TestOpenOfRenamedOverFile(t *testing.T) {
 		t.Errorf("the descriptor held: %q, want what it opened", got)
 	}
 }
+
+// TestOpenKeepsNoPagesBeforeDrop: an open that finds the file changed
+// tells the kernel to drop its pages (no FOPEN_KEEP_CACHE); the kernel
+// does so as that open returns to its caller. Another open answered
+// before the kernel used the first descriptor must not tell it to keep
+// them: its reader could read the old version from the pages (the recall
+// soak: two readers of one client, the second open answered by the
+// delegation the first one's OPEN brought, its reply in the kernel
+// first). Once the kernel uses the first descriptor, or lets it go, the
+// pages are the new version's and kept again. Over NFSv3 and NFSv4.1.
+func TestOpenKeepsNoPagesBeforeDrop(t *testing.T) {
+	for _, vers := range []string{"", "vers=4.1"} {
+		ts := startServer(t)
+		path := filepath.Join(ts.dir, "f")
+		if err := os.WriteFile(path, []byte("first version\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fs := ts.mount(t, vers)
+		ctx := ctxT(t)
+		e, err := fs.Lookup(ctx, root, RootID, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := func(what string, wantKeep bool) uint64 {
+			t.Helper()
+			fh, keep, err := fs.Open(ctx, root, e.Node, syscall.O_RDONLY)
+			if err != nil {
+				t.Fatalf("%q %s: %v", vers, what, err)
+			}
+			if keep != wantKeep {
+				t.Errorf("%q %s: keep the kernel's pages %v, want %v", vers, what, keep, wantKeep)
+			}
+			return fh
+		}
+		fh := open("first open", false)
+		buf := make([]byte, 100)
+		if _, err := fs.Read(ctx, root, fh, 0, buf); err != nil {
+			t.Fatal(err)
+		}
+		fs.Release(ctx, fh)
+		fs.Release(ctx, open("open of the version the kernel holds", true))
+
+		time.Sleep(10 * time.Millisecond) // another ctime, whatever the clock's grain
+		if err := os.WriteFile(path, []byte("second, longer version\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fh1 := open("open after the change", false)
+		fh2 := open("open before the kernel used the first", false)
+		if _, err := fs.Read(ctx, root, fh1, 0, buf); err != nil {
+			t.Fatal(err)
+		}
+		fh3 := open("open after the kernel used the first", false) // fh2 is not yet past its open
+		fs.Release(ctx, fh2)
+		if err := fs.Flush(ctx, root, fh3); err != nil {
+			t.Fatal(err)
+		}
+		fs.Release(ctx, open("open with every dropping open past", true))
+		fs.Release(ctx, fh1)
+		fs.Release(ctx, fh3)
+		n := fs.nodes.get(e.Node)
+		n.mu.Lock()
+		if n.dropping != 0 {
+			t.Errorf("%q: %d opens still counted as dropping the pages after every release", vers, n.dropping)
+		}
+		n.mu.Unlock()
+	}
+}
