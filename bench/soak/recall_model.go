@@ -162,8 +162,8 @@ func (f *fileModel) checkRead(rs readStart, got string) string {
 				return "" // an overlapping truncate's prefix, equal to an older version
 			}
 			if v < rs.floor {
-				return fmt.Sprintf("stale read: version %d (%s), but version %d's (%s) close had returned before the open (%s)",
-					v, f.by[v], rs.floor, f.by[rs.floor], f.timesLocked(v, rs))
+				return fmt.Sprintf("stale read: version %d (%s, %d bytes), but version %d's (%s, %d bytes) close had returned before the open (%s)",
+					v, f.by[v], len(got), rs.floor, f.by[rs.floor], len(f.versions[rs.floor]), f.timesLocked(v, rs))
 			}
 			return ""
 		}
