@@ -67,7 +67,7 @@ func (fs *FS) Access(ctx context.Context, c *Cred, id NodeID, mask uint32) error
 		return err
 	}
 	if mask == 0 {
-		_, _, err := fs.GetAttr(ctx, c, id)
+		_, _, err := fs.getAttr(ctx, c, n)
 		return err
 	}
 	want := accessWant(n, mask)

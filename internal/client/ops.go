@@ -36,6 +36,20 @@ func (fs *FS) GetAttr(ctx context.Context, c *Cred, id NodeID) (Attr, time.Durat
 	if err != nil {
 		return Attr{}, 0, err
 	}
+	// A truncate of the file under way here first (inode.sizing), as for
+	// an open: the kernel ignores attributes while it runs. A reader that
+	// opened just before the truncate began asked for the size there, the
+	// kernel dropped the answer, and read with the size it had cached
+	// before another client's append (the recall soak: the append's old
+	// version, read after its close).
+	n.sizing.Lock()
+	n.sizing.Unlock()
+	return fs.getAttr(ctx, c, n)
+}
+
+// getAttr is GetAttr for the core's own callers, which may hold sizing.
+func (fs *FS) getAttr(ctx context.Context, c *Cred, n *inode) (Attr, time.Duration, error) {
+	var err error
 	now := fs.now()
 	n.mu.Lock()
 	a, ttl, ok := n.cachedAttrLocked(now)
@@ -344,7 +358,7 @@ func (fs *FS) setattrRPC(ctx context.Context, c *Cred, n *inode, in SetAttrIn) (
 		fs.wb.truncated(n, in.Size)
 	}
 	if !res.Wcc.After.Present {
-		return fs.GetAttr(ctx, c, n.id)
+		return fs.getAttr(ctx, c, n)
 	}
 	// localAttr tells the kernel the node's attributes instead if they are
 	// newer (newestAttr).

@@ -139,6 +139,60 @@ func TestOpenWaitsForTruncate(t *testing.T) {
 	}
 }
 
+// TestGetAttrWaitsForTruncate: a GETATTR of a file whose truncate is
+// under way on this mount answers only once the truncate is done, as an
+// open does (TestOpenWaitsForTruncate): the kernel drops attribute replies
+// for the file meanwhile, so a reader that opened just before the truncate
+// began read with the size the kernel had cached before another client's
+// append (the recall soak: the append's old version, read after its close).
+func TestGetAttrWaitsForTruncate(t *testing.T) {
+	ts := startServer(t)
+	p := filepath.Join(ts.dir, "f")
+	noErr(t, os.WriteFile(p, []byte("0123456789"), 0o666))
+	noErr(t, os.Chmod(p, 0o666))
+	front := startHoldFront(t, ts.nfsL.Addr().String(), func(proc uint32, _ []byte) bool {
+		return proc == nfs3.ProcSetattr
+	})
+	fs := mountVia(t, ts, front.port, "")
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(front.released) }) })
+	ctx := ctxT(t)
+	e, err := fs.Lookup(ctx, root, RootID, "f")
+	noErr(t, err)
+	front.armed.Store(true)
+	truncated := make(chan error, 1)
+	go func() {
+		_, _, err := fs.SetAttr(ctx, root, e.Node, SetAttrIn{SetSize: true, Size: 4})
+		truncated <- err
+	}()
+	awaitHeld(t, front)
+	type got struct {
+		a   Attr
+		err error
+	}
+	stat := make(chan got, 1)
+	go func() {
+		a, _, err := fs.GetAttr(ctx, root, e.Node)
+		stat <- got{a, err}
+	}()
+	select {
+	case g := <-stat:
+		t.Fatalf("GETATTR answered (size %d, %v) while the truncate's SETATTR was on its way", g.a.Size, g.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	release.Do(func() { close(front.released) })
+	noErr(t, <-truncated)
+	select {
+	case g := <-stat:
+		noErr(t, g.err)
+		if g.a.Size != 4 {
+			t.Errorf("GETATTR after the truncate: size %d, want 4", g.a.Size)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("GETATTR did not answer after the truncate")
+	}
+}
+
 // TestTruncateAfterDowngrade: a truncate(2) that picked its open's
 // stateid while the open still had write access, and reached the server
 // after a writer's release narrowed it (OPEN_DOWNGRADE), is refused
