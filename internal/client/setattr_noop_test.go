@@ -94,28 +94,8 @@ func TestTruncateToStaleSize(t *testing.T) {
 // cached, an older version than the last close (the recall soak, while a
 // client's truncate waited for another client's delegation to come back).
 func TestOpenWaitsForTruncate(t *testing.T) {
-	ts := startServer(t)
-	p := filepath.Join(ts.dir, "f")
-	noErr(t, os.WriteFile(p, []byte("0123456789"), 0o666))
-	noErr(t, os.Chmod(p, 0o666))
-	front := startHoldFront(t, ts.nfsL.Addr().String(), func(proc uint32, _ []byte) bool {
-		return proc == nfs3.ProcSetattr
-	})
-	fs := mountVia(t, ts, front.port, "")
-	var release sync.Once
-	// Before the unmount (cleanups run last first): a failed test must not
-	// leave the SETATTR held.
-	t.Cleanup(func() { release.Do(func() { close(front.released) }) })
+	fs, e, release, truncated := heldTruncate(t)
 	ctx := ctxT(t)
-	e, err := fs.Lookup(ctx, root, RootID, "f")
-	noErr(t, err)
-	front.armed.Store(true)
-	truncated := make(chan error, 1)
-	go func() {
-		_, _, err := fs.SetAttr(ctx, root, e.Node, SetAttrIn{SetSize: true, Size: 4})
-		truncated <- err
-	}()
-	awaitHeld(t, front)
 	opened := make(chan error, 1)
 	go func() {
 		fh, _, err := fs.Open(ctx, root, e.Node, syscall.O_RDONLY)
@@ -129,7 +109,7 @@ func TestOpenWaitsForTruncate(t *testing.T) {
 		t.Fatalf("the open answered (%v) while the truncate's SETATTR was on its way", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	release.Do(func() { close(front.released) })
+	release()
 	noErr(t, <-truncated)
 	select {
 	case err := <-opened:
@@ -139,13 +119,11 @@ func TestOpenWaitsForTruncate(t *testing.T) {
 	}
 }
 
-// TestGetAttrWaitsForTruncate: a GETATTR of a file whose truncate is
-// under way on this mount answers only once the truncate is done, as an
-// open does (TestOpenWaitsForTruncate): the kernel drops attribute replies
-// for the file meanwhile, so a reader that opened just before the truncate
-// began read with the size the kernel had cached before another client's
-// append (the recall soak: the append's old version, read after its close).
-func TestGetAttrWaitsForTruncate(t *testing.T) {
+// heldTruncate mounts a server whose SETATTRs a front holds, and starts a
+// truncate of the file "f" (10 bytes, to 4): it returns once the
+// truncate's SETATTR is held, with what releases it and the truncate's
+// result.
+func heldTruncate(t *testing.T) (*FS, Entry, func(), <-chan error) {
 	ts := startServer(t)
 	p := filepath.Join(ts.dir, "f")
 	noErr(t, os.WriteFile(p, []byte("0123456789"), 0o666))
@@ -154,8 +132,11 @@ func TestGetAttrWaitsForTruncate(t *testing.T) {
 		return proc == nfs3.ProcSetattr
 	})
 	fs := mountVia(t, ts, front.port, "")
-	var release sync.Once
-	t.Cleanup(func() { release.Do(func() { close(front.released) }) })
+	var once sync.Once
+	release := func() { once.Do(func() { close(front.released) }) }
+	// Before the unmount (cleanups run last first): a failed test must not
+	// leave the SETATTR held.
+	t.Cleanup(release)
 	ctx := ctxT(t)
 	e, err := fs.Lookup(ctx, root, RootID, "f")
 	noErr(t, err)
@@ -166,6 +147,18 @@ func TestGetAttrWaitsForTruncate(t *testing.T) {
 		truncated <- err
 	}()
 	awaitHeld(t, front)
+	return fs, e, release, truncated
+}
+
+// TestGetAttrWaitsForTruncate: a GETATTR of a file whose truncate is
+// under way on this mount answers only once the truncate is done, as an
+// open does (TestOpenWaitsForTruncate): the kernel drops attribute replies
+// for the file meanwhile, so a reader that opened just before the truncate
+// began read with the size the kernel had cached before another client's
+// append (the recall soak: the append's old version, read after its close).
+func TestGetAttrWaitsForTruncate(t *testing.T) {
+	fs, e, release, truncated := heldTruncate(t)
+	ctx := ctxT(t)
 	type got struct {
 		a   Attr
 		err error
@@ -180,7 +173,7 @@ func TestGetAttrWaitsForTruncate(t *testing.T) {
 		t.Fatalf("GETATTR answered (size %d, %v) while the truncate's SETATTR was on its way", g.a.Size, g.err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	release.Do(func() { close(front.released) })
+	release()
 	noErr(t, <-truncated)
 	select {
 	case g := <-stat:
