@@ -321,16 +321,14 @@ func (fs *FS) walkOn(dir *inode, fromServer bool) {
 	if on {
 		// The kernel holds dir's subdirectories now: what their listings
 		// read ahead name, two levels below them, is read ahead too.
-		fs.enqueueSubdirs(dir, 0)
-		for _, id := range fs.subdirs(dir) {
+		for _, id := range fs.enqueueSubdirs(dir, 0) {
 			if n := fs.nodes.get(id); n != nil {
 				fs.holdSubdirs(n, session)
-				for _, id2 := range fs.subdirs(n) {
+				for _, id2 := range fs.enqueueSubdirs(n, 0) {
 					if n2 := fs.nodes.get(id2); n2 != nil {
 						fs.holdSubdirs(n2, session)
 					}
 				}
-				fs.enqueueSubdirs(n, 0)
 			}
 		}
 		fs.pump()
@@ -395,9 +393,10 @@ func (fs *FS) subdirs(dir *inode) []NodeID {
 }
 
 // enqueueSubdirs adds dir's subdirectories (but skip) to read ahead, each
-// at its place in the walk's preorder. Past aheadQueue the furthest are
-// dropped.
-func (fs *FS) enqueueSubdirs(dir *inode, skip NodeID) {
+// at its place in the walk's preorder, and returns them. Their keys are
+// kept, so that theirs in turn need no walk up the tree. Past aheadQueue
+// the furthest are dropped.
+func (fs *FS) enqueueSubdirs(dir *inode, skip NodeID) []NodeID {
 	ids, keys := fs.subdirKeys(dir, skip)
 	w := &fs.walk
 	w.mu.Lock()
@@ -406,12 +405,14 @@ func (fs *FS) enqueueSubdirs(dir *inode, skip NodeID) {
 		w.queued = map[NodeID]bool{}
 	}
 	for i, id := range ids {
+		w.setKeyLocked(id, keys[i])
 		if !w.queued[id] {
 			w.queued[id] = true
 			w.insertLocked(aheadDir{id, keys[i]})
 		}
 	}
 	w.trimLocked()
+	return ids
 }
 
 // dueLocked queues the never-listed directories held back: the walk goes

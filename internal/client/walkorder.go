@@ -90,6 +90,11 @@ func (fs *FS) walkKeyOf(dir *inode) walkKey {
 func (w *walker) setKey(id NodeID, k walkKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.setKeyLocked(id, k)
+}
+
+// setKeyLocked is setKey with w.mu held.
+func (w *walker) setKeyLocked(id NodeID, k walkKey) {
 	if w.keys == nil || len(w.keys) >= maxWalkKeys {
 		w.keys = map[NodeID]walkKey{}
 	}
