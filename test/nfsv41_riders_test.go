@@ -170,3 +170,52 @@ func mountV41Proxied(t *testing.T, bin string, g *harness.Ganesha, rtt string) (
 		Options: fmt.Sprintf("vers=4.1,port=%s", p.Port)})
 	return p, m, mnt
 }
+
+// TestNFSv41GrepDeepChains: grep -r over top directories each holding six
+// files and v/, in which p/ holds one file and q/ a file and the
+// directory log/ — the shape of busybox's examples/var_service, where
+// dnsmasq/log went alone in half the runs of grep -r — on a fresh v4.1
+// mount of ganesha behind `hushfs proxy`. Going down v, grep enters log
+// with at most one file opened since it entered v: log's listing rides in
+// an OPEN only if it was read ahead three levels below the top the kernel
+// held (client/walkhold.go: aheadHoldDepthCarried; with two, 11
+// READDIRPLUS alone). Only the first top's chain may go alone.
+func TestNFSv41GrepDeepChains(t *testing.T) {
+	requireMountTools(t)
+	bin := harness.BuildHushfs(t)
+	g := harness.StartGanesha(t, harness.GaneshaOptions{NFSv4: true})
+	const tops = 8
+	files := 0
+	for d := 0; d < tops; d++ {
+		top := filepath.Join(g.ExportDir, fmt.Sprintf("d%d", d))
+		for _, f := range []string{"f0", "f1", "f2", "f3", "f4", "f5", "v/p/run", "v/q/log/run", "v/q/conf"} {
+			p := filepath.Join(top, f)
+			must(t, "mkdir on the server", os.MkdirAll(filepath.Dir(p), 0o755))
+			body := append(pattern(200+31*files, byte(files)), "\nneedle\n"...)
+			must(t, "write on the server", os.WriteFile(p, body, 0o644))
+			files++
+		}
+	}
+	p, m, mnt := mountV41Proxied(t, bin, g, "5ms")
+	runCmd(t, "stat", "-f", mnt)
+	runCmd(t, "ls", mnt)
+	before := p.Counts(t)
+	prev := m.Stats(t)
+	out, err := exec.Command("grep", "-r", "-l", "needle", mnt).CombinedOutput()
+	must(t, "grep -r\n"+string(out), err)
+	atExit := total(proxyDelta(before, p.Counts(t)))
+	d := delta(prev, m.Stats(t))
+	t.Logf("grep -r of %d files: proxy %d COMPOUNDs when it exited {%s}; mount: %s", files, atExit,
+		callsLine(proxyDelta(before, p.Counts(t))), opsLine(d.Ops))
+	if n := len(strings.Fields(string(out))); n != files {
+		t.Errorf("grep found the needle in %d files, want %d", n, files)
+	}
+	// At most the first top's chain alone: nothing was opened before it.
+	if got := d.Ops["READDIRPLUS"].Ops; got > 4 {
+		t.Errorf("READDIRPLUS alone: %d, want at most 4 (the first top's d, v, q or p, log)", got)
+	}
+	if got := d.Ops["OPEN"].Ops; got != uint64(files) {
+		t.Errorf("OPEN: %d, want %d", got, files)
+	}
+	must(t, "unmount", m.Unmount(false))
+}

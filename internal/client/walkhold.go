@@ -25,11 +25,30 @@ import (
 // subtree for nothing), at most aheadHolds held at once (with the walk's
 // window, aheadWindow, bounding what is read), and every held node the
 // kernel did not take is let go when the walk is over.
+//
+// Where read-ahead rides in calls sent anyway (proto.AheadCarrier), one
+// level more (aheadHoldDepthCarried): a listing read ahead costs no round
+// trip there, but one the walk reaches before a call carried it costs
+// one. A chain of directories with few files (busybox's
+// examples/var_service/dnsmasq/log: dnsmasq's first entry is log, and the
+// directory before it holds one file) is otherwise found a level at a
+// time, each level a carrier later, and the walk got to log first in half
+// the runs of grep -r.
 
 const (
-	aheadHoldDepth = 2
-	aheadHolds     = 64
+	aheadHoldDepth        = 2
+	aheadHoldDepthCarried = 3
+	aheadHolds            = 64
 )
+
+// holdDepth is how many levels below a directory the kernel holds nodes
+// are held for read-ahead.
+func (fs *FS) holdDepth() int {
+	if fs.carriesAhead() {
+		return aheadHoldDepthCarried
+	}
+	return aheadHoldDepth
+}
 
 // hold makes a node for the directory fh, held for read-ahead depth levels
 // below one the kernel holds, if the table has no node for fh (nil then).
@@ -89,7 +108,7 @@ func (fs *FS) holdSubdirs(dir *inode, session uint64) {
 		return // let go of meanwhile
 	}
 	depth := fs.nodes.heldDepth(dir) + 1
-	if depth > aheadHoldDepth {
+	if depth > fs.holdDepth() {
 		return
 	}
 	type sub struct {

@@ -9,14 +9,24 @@ import (
 	"hushfs/internal/proto"
 )
 
-// TestWalkReadsTwoLevelsAhead: a walk that lists five directories (two to show the walk, three to
-// show it goes through directories never listed) reads
-// ahead the subdirectories of those it reached and theirs, through nodes
-// it holds itself (walkhold.go), but never more than aheadHoldDepth levels
-// below a directory the kernel holds, never more than aheadHolds held at
-// once, no more than aheadWindow beyond its visits; and once the walk is
-// over, every node the kernel did not take leaves the table.
+// TestWalkReadsTwoLevelsAhead: a walk that lists five directories (two to
+// show the walk, three to show it goes through directories never listed)
+// reads ahead the subdirectories of those it reached and theirs, through
+// nodes it holds itself (walkhold.go), never more than aheadHoldDepth
+// levels below a directory the kernel holds (aheadHoldDepthCarried where
+// read-ahead rides in other calls: one level more, and reached), never
+// more than aheadHolds held at once, no more than aheadWindow beyond its
+// visits; and once the walk is over, every node the kernel did not take
+// leaves the table.
 func TestWalkReadsTwoLevelsAhead(t *testing.T) {
+	for _, carries := range []bool{false, true} {
+		t.Run(fmt.Sprintf("carries=%v", carries), func(t *testing.T) {
+			testWalkReadsLevelsAhead(t, carries)
+		})
+	}
+}
+
+func testWalkReadsLevelsAhead(t *testing.T, carries bool) {
 	ts := startServer(t)
 	var dirs []string
 	for a := 0; a < 4; a++ {
@@ -28,6 +38,11 @@ func TestWalkReadsTwoLevelsAhead(t *testing.T) {
 	}
 	makeTree(t, ts.dir, dirs, 2)
 	fs, clk := ts.mountClocked(t, "")
+	depth := 2 // aheadHoldDepth
+	if carries {
+		fs.srv = carrier{fs.srv}
+		depth = 3 // aheadHoldDepthCarried
+	}
 	k := newKernel(t, fs, clk)
 	calls(fs)
 	k.list("top")
@@ -51,8 +66,8 @@ func TestWalkReadsTwoLevelsAhead(t *testing.T) {
 	if held == 0 {
 		t.Errorf("no directory read ahead beyond those the kernel holds")
 	}
-	if deepest > aheadHoldDepth || held > aheadHolds {
-		t.Errorf("%d nodes held, %d levels deep; want at most %d, %d deep", held, deepest, aheadHolds, aheadHoldDepth)
+	if deepest != depth || held > aheadHolds {
+		t.Errorf("%d nodes held, %d levels deep; want at most %d, %d deep", held, deepest, aheadHolds, depth)
 	}
 	if n := got["READDIRPLUS"]; n > 5+aheadWindow+aheadCalls {
 		t.Errorf("a walk of 5 directories read %d, want at most %d", n, 5+aheadWindow+aheadCalls)
