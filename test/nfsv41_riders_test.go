@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"hushfs/internal/client"
 	"hushfs/test/harness"
 )
 
@@ -134,24 +135,7 @@ func TestNFSv41GrepChains(t *testing.T) {
 		}
 	}
 	p, m, mnt := mountV41Proxied(t, bin, g, "5ms")
-
-	// The root's listing and the space come with the mount's COMPOUND
-	// for a second (TestNFSv41GrepRiders); grep's statfs is taken first
-	// here so that a slow start costs nothing this test counts.
-	runCmd(t, "stat", "-f", mnt)
-	runCmd(t, "ls", mnt)
-	before := p.Counts(t)
-	prev := m.Stats(t)
-	out, err := exec.Command("grep", "-r", "-l", "needle", mnt).CombinedOutput()
-	must(t, "grep -r\n"+string(out), err)
-	atExit := total(proxyDelta(before, p.Counts(t)))
-	d := delta(prev, m.Stats(t))
-	calls := proxyDelta(before, p.Counts(t))
-	t.Logf("grep -r of %d files: proxy %d COMPOUNDs when it exited {%s}; mount: %s", tops*per, atExit,
-		callsLine(calls), opsLine(d.Ops))
-	if n := len(strings.Fields(string(out))); n != tops*per {
-		t.Errorf("grep found the needle in %d files, want %d", n, tops*per)
-	}
+	d := grepNeedles(t, p, m, mnt, tops*per)
 	if got := d.Ops["READDIRPLUS"].Ops; got != 3 {
 		t.Errorf("READDIRPLUS alone: %d, want 3 (the first chain's d, s and t)", got)
 	}
@@ -159,6 +143,29 @@ func TestNFSv41GrepChains(t *testing.T) {
 		t.Errorf("OPEN: %d, want %d", got, tops*per)
 	}
 	must(t, "unmount", m.Unmount(false))
+}
+
+// grepNeedles runs grep -r -l needle over mnt, which must find it in
+// files files, and returns the mount's counts for it. The root's listing
+// and the space come with the mount's COMPOUND for a second
+// (TestNFSv41GrepRiders); grep's statfs and the root's listing are taken
+// first so that a slow start costs nothing the caller counts.
+func grepNeedles(t *testing.T, p *faultProxy, m *harness.Mount, mnt string, files int) client.Snapshot {
+	t.Helper()
+	runCmd(t, "stat", "-f", mnt)
+	runCmd(t, "ls", mnt)
+	before := p.Counts(t)
+	prev := m.Stats(t)
+	out, err := exec.Command("grep", "-r", "-l", "needle", mnt).CombinedOutput()
+	must(t, "grep -r\n"+string(out), err)
+	calls := proxyDelta(before, p.Counts(t))
+	d := delta(prev, m.Stats(t))
+	t.Logf("grep -r of %d files: proxy %d COMPOUNDs when it exited {%s}; mount: %s", files, total(calls),
+		callsLine(calls), opsLine(d.Ops))
+	if n := len(strings.Fields(string(out))); n != files {
+		t.Errorf("grep found the needle in %d files, want %d", n, files)
+	}
+	return d
 }
 
 // mountV41Proxied mounts g's export over NFSv4.1 through `hushfs proxy
@@ -197,19 +204,7 @@ func TestNFSv41GrepDeepChains(t *testing.T) {
 		}
 	}
 	p, m, mnt := mountV41Proxied(t, bin, g, "5ms")
-	runCmd(t, "stat", "-f", mnt)
-	runCmd(t, "ls", mnt)
-	before := p.Counts(t)
-	prev := m.Stats(t)
-	out, err := exec.Command("grep", "-r", "-l", "needle", mnt).CombinedOutput()
-	must(t, "grep -r\n"+string(out), err)
-	atExit := total(proxyDelta(before, p.Counts(t)))
-	d := delta(prev, m.Stats(t))
-	t.Logf("grep -r of %d files: proxy %d COMPOUNDs when it exited {%s}; mount: %s", files, atExit,
-		callsLine(proxyDelta(before, p.Counts(t))), opsLine(d.Ops))
-	if n := len(strings.Fields(string(out))); n != files {
-		t.Errorf("grep found the needle in %d files, want %d", n, files)
-	}
+	d := grepNeedles(t, p, m, mnt, files)
 	// At most the first top's chain alone: nothing was opened before it.
 	if got := d.Ops["READDIRPLUS"].Ops; got > 4 {
 		t.Errorf("READDIRPLUS alone: %d, want at most 4 (the first top's d, v, q or p, log)", got)
