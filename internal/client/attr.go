@@ -141,6 +141,18 @@ func (fs *FS) staleLocked(n *inode, a *proto.Attr, at time.Time) bool {
 			if _, _, fresh := n.cachedAttrLocked(fs.now()); fresh {
 				return true
 			}
+		case a.Size != n.attr.Size:
+			// One ctime, two sizes: a call that ran during a write. The
+			// server's file system moves a write's times before it extends
+			// the file (Linux's file_update_time comes before the copy),
+			// so a call running beside our WRITE shows the WRITE's ctime
+			// with the size from before. Whichever was sent first, the
+			// larger size is the later state (as Linux's client takes a
+			// larger size whatever the attributes' age). The recall soak
+			// read 0 bytes of its own 2,235-byte rewrite: a reader's OPEN,
+			// sent while the rewrite's WRITE was on its way, came back
+			// after it with size 0 and was taken as sent later.
+			return a.Size < n.attr.Size
 		}
 	}
 	if a.Type == proto.TypeDir && n.attr.Type == proto.TypeDir && c > 0 {

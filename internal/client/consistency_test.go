@@ -244,8 +244,27 @@ func TestRepliesInServerOrder(t *testing.T) {
 		t.Errorf("after a GETATTR run before our WRITE: cached size %d, data valid %v; want 4100, true", s.size, s.valid)
 	}
 
+	// A call that ran during our WRITE, in flight beside it: the server
+	// moved the times before it extended the file, so its reply has the
+	// WRITE's ctime and the size from before. Sent after the WRITE, its
+	// reply coming after it, or before it: the larger size stays.
+	cur, wroteAt := attrs()
+	mid := cur
+	mid.Size = 100
+	apply(mid, wroteAt.Add(time.Nanosecond))
+	if got := size(); got != 4100 {
+		t.Errorf("after a reply of a call run during our WRITE, sent after it: size %d, want 4100", got)
+	}
+	n.mu.Lock()
+	n.attr.Size, n.attrTime = 100, wroteAt.Add(time.Nanosecond) // that reply taken first
+	n.mu.Unlock()
+	apply(cur, wroteAt) // the WRITE's, sent before it
+	if got := size(); got != 4100 {
+		t.Errorf("after our WRITE's reply, the reply of a call run during it taken first: size %d, want 4100", got)
+	}
+
 	// Another client truncates the file: a later ctime, taken.
-	cur, _ := attrs()
+	cur, _ = attrs()
 	truncated := later(cur, 1)
 	truncated.Size = 10
 	apply(truncated, fs.now())
