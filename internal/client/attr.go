@@ -117,9 +117,10 @@ func (fs *FS) applyAttrLocked(n *inode, a *proto.Attr, at time.Time) {
 // back the size from before a truncate. For a regular file the server's
 // ctime tells: it moves with every change, so an older ctime is an earlier
 // state while the cached attributes are fresh, a later one a later state.
-// An equal ctime (timestamps too coarse to tell) falls back to the order
-// the calls were sent in, as does an older one once the cached attributes
-// have expired. Directories are ordered by sending, their names by
+// An equal ctime with two sizes is a call that ran during a write: the
+// larger size is the later state (below). Otherwise an equal ctime
+// (timestamps too coarse to tell) falls back to the order the calls were
+// sent in, as does an older one once the cached attributes have expired. Directories are ordered by sending, their names by
 // version, except that a later ctime is a later state for them too.
 // (A reply whose pre-operation attributes are the cached ones ran right
 // after them: applyWcc takes it without asking here.)
