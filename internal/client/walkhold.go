@@ -129,14 +129,22 @@ func (fs *FS) holdSubdirs(dir *inode, session uint64) {
 	sort.Slice(subs, func(i, j int) bool { return subs[i].seq < subs[j].seq })
 	w := &fs.walk
 	for _, s := range subs {
+		// The room is taken before the node is made: passes ending
+		// together each saw room for one more and held beyond the bound.
 		w.mu.Lock()
-		room := w.session == session && len(w.held) < aheadHolds
+		room := w.session == session && w.holds < aheadHolds
+		if room {
+			w.holds++
+		}
 		w.mu.Unlock()
 		if !room {
 			return
 		}
 		n := fs.nodes.hold(s.p.fh, depth)
 		if n == nil {
+			w.mu.Lock()
+			w.holds--
+			w.mu.Unlock()
 			continue
 		}
 		n.mu.Lock()
@@ -147,6 +155,8 @@ func (fs *FS) holdSubdirs(dir *inode, session uint64) {
 		kept := w.session == session
 		if kept {
 			w.held = append(w.held, n.id)
+		} else {
+			w.holds--
 		}
 		w.mu.Unlock()
 		if !kept {
@@ -171,9 +181,10 @@ func (fs *FS) releaseHeld(all bool) {
 			keep = append(keep, id)
 		}
 	}
+	w.mu.Lock()
+	w.holds -= len(held) - len(keep)
 	if len(keep) > 0 {
-		w.mu.Lock()
 		w.held = append(keep, w.held...)
-		w.mu.Unlock()
 	}
+	w.mu.Unlock()
 }
