@@ -120,8 +120,9 @@ func (fs *FS) applyAttrLocked(n *inode, a *proto.Attr, at time.Time) {
 // An equal ctime with two sizes is a call that ran during a write: the
 // larger size is the later state (below). Otherwise an equal ctime
 // (timestamps too coarse to tell) falls back to the order the calls were
-// sent in, as does an older one once the cached attributes have expired. Directories are ordered by sending, their names by
-// version, except that a later ctime is a later state for them too.
+// sent in, as does an older one once the cached attributes have expired.
+// Directories are ordered by sending, their names by version, except that
+// a later ctime is a later state for them too.
 // (A reply whose pre-operation attributes are the cached ones ran right
 // after them: applyWcc takes it without asking here.)
 //

@@ -60,7 +60,7 @@ type walker struct {
 	queued   map[NodeID]bool
 	keys     map[NodeID]walkKey // directories' places in the preorder, as far as worked out
 	held     []NodeID           // nodes made to read directories ahead (walkhold.go)
-	holds    int                // held nodes, with those being made (aheadHolds bounds it)
+	holding  int                // nodes holdSubdirs is making (with held, bounded by aheadHolds)
 	cred     Cred               // the identity read-ahead is sent with: the walker's
 }
 

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"slices"
 	"sort"
 	"syscall"
 
@@ -132,9 +133,9 @@ func (fs *FS) holdSubdirs(dir *inode, session uint64) {
 		// The room is taken before the node is made: passes ending
 		// together each saw room for one more and held beyond the bound.
 		w.mu.Lock()
-		room := w.session == session && w.holds < aheadHolds
+		room := w.session == session && len(w.held)+w.holding < aheadHolds
 		if room {
-			w.holds++
+			w.holding++
 		}
 		w.mu.Unlock()
 		if !room {
@@ -143,7 +144,7 @@ func (fs *FS) holdSubdirs(dir *inode, session uint64) {
 		n := fs.nodes.hold(s.p.fh, depth)
 		if n == nil {
 			w.mu.Lock()
-			w.holds--
+			w.holding--
 			w.mu.Unlock()
 			continue
 		}
@@ -152,11 +153,10 @@ func (fs *FS) holdSubdirs(dir *inode, session uint64) {
 		n.parent, n.name = dir.id, s.name
 		n.mu.Unlock()
 		w.mu.Lock()
+		w.holding--
 		kept := w.session == session
 		if kept {
 			w.held = append(w.held, n.id)
-		} else {
-			w.holds--
 		}
 		w.mu.Unlock()
 		if !kept {
@@ -167,24 +167,23 @@ func (fs *FS) holdSubdirs(dir *inode, session uint64) {
 
 // releaseHeld lets go of the held nodes the kernel took since (its listing
 // of their parent gave them out), or of all of them (the walk is over).
+// The list keeps them until they are let go, so that it bounds what
+// holdSubdirs holds meanwhile.
 func (fs *FS) releaseHeld(all bool) {
 	w := &fs.walk
 	w.mu.Lock()
-	held := w.held
-	w.held = nil
+	held := slices.Clone(w.held)
 	w.mu.Unlock()
-	var keep []NodeID
+	var gone []NodeID
 	for _, id := range held {
 		if all || fs.nodes.takenOrGone(id) {
 			fs.nodes.unhold(id)
-		} else {
-			keep = append(keep, id)
+			gone = append(gone, id)
 		}
 	}
-	w.mu.Lock()
-	w.holds -= len(held) - len(keep)
-	if len(keep) > 0 {
-		w.held = append(keep, w.held...)
+	if len(gone) > 0 {
+		w.mu.Lock()
+		w.held = slices.DeleteFunc(w.held, func(id NodeID) bool { return slices.Contains(gone, id) })
+		w.mu.Unlock()
 	}
-	w.mu.Unlock()
 }
